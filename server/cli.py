@@ -1,0 +1,50 @@
+"""The `memosight` command: complete, context, bench, train. The composition root of the project.
+
+Each subcommand module exposes `add_arguments(parser)` and `run(args) -> int`; heavy imports
+(torch, transformers) happen inside `run`, so `memosight --help` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand path -> (module implementing add_arguments/run, one-line help)
+COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
+    ("complete",): ("memosight.server.commands.complete", "complete at FILE:LINE:COL and print the suggestion"),
+    ("context",): ("memosight.server.commands.context", "show the packed context for FILE:LINE:COL"),
+    ("bench", "quality"): ("memosight.engine.bench.quality", "held-out loss, next-token accuracy, next-line exact match"),
+    ("train", "model"): ("memosight.engine.train.run_model", "train the base code model (FIM objective)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memosight", description="MemoSight code completion tools")
+    groups: dict[tuple[str, ...], argparse._SubParsersAction] = {(): parser.add_subparsers(dest="command", required=True)}
+    for path, (module, help_text) in COMMANDS.items():
+        for depth in range(1, len(path)):
+            if path[:depth] not in groups:
+                sub = groups[path[: depth - 1]].add_parser(path[depth - 1], help=f"{path[depth - 1]} commands")
+                groups[path[:depth]] = sub.add_subparsers(dest=f"{path[depth - 1]}_command", required=True)
+        sub = groups[path[:-1]].add_parser(path[-1], help=help_text, description=help_text)
+        sub.set_defaults(_module=module)
+        _load(module).add_arguments(sub)
+    return parser
+
+
+def _load(module: str):
+    return importlib.import_module(module)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(_load(args._module).run(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
