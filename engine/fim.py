@@ -1,0 +1,56 @@
+"""Fill-in-the-middle prompt templates, detected from the tokenizer's special tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FimTemplate:
+    name: str
+    prefix_token: str | None  # None: the model has no FIM, the prompt is the plain prefix
+    suffix_token: str | None
+    middle_token: str | None
+    end_tokens: tuple[str, ...] = ()  # tokens that end the middle besides EOS
+    space_after_prefix_token: bool = False  # CodeLlama's template puts a space after <PRE>
+
+    @property
+    def has_fim(self) -> bool:
+        return self.prefix_token is not None
+
+
+PLAIN = FimTemplate("plain", None, None, None)
+
+# Checked in order; the first whose three tokens are all in the vocabulary wins.
+TEMPLATES = (
+    FimTemplate("starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>",
+                ("<|endoftext|>", "<file_sep>", "<fim_pad>", "<fim_prefix>", "<fim_suffix>")),
+    FimTemplate("qwen", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
+                ("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|im_end|>", "<|fim_prefix|>")),
+    FimTemplate("deepseek", "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>", ("<｜end▁of▁sentence｜>", "<|EOT|>")),
+    FimTemplate("codellama", "▁<PRE>", "▁<SUF>", "▁<MID>", ("▁<EOT>", "<EOT>"), space_after_prefix_token=True),
+    FimTemplate("codellama", "<PRE>", "<SUF>", "<MID>", ("<EOT>",), space_after_prefix_token=True),
+)
+
+
+def detect_template(vocab: dict[str, int]) -> FimTemplate:
+    for template in TEMPLATES:
+        if all(t in vocab for t in (template.prefix_token, template.suffix_token, template.middle_token)):
+            return template
+    return PLAIN
+
+
+def render_ids(template: FimTemplate, encode, vocab: dict[str, int], prefix: str, suffix: str,
+               bos_id: int | None = None) -> list[int]:
+    """Prompt token ids: prefix/suffix/middle specials by id, user text encoded without specials,
+    so text in a file that looks like a special token stays text."""
+    if not template.has_fim:
+        return ([bos_id] if bos_id is not None else []) + encode(prefix)
+    pre, suf, mid = (vocab[t] for t in (template.prefix_token, template.suffix_token, template.middle_token))
+    lead = [bos_id] if bos_id is not None else []
+    prefix_text = (" " + prefix) if template.space_after_prefix_token else prefix
+    return lead + [pre] + encode(prefix_text) + [suf] + encode(suffix) + [mid]
+
+
+def end_token_ids(template: FimTemplate, vocab: dict[str, int]) -> set[int]:
+    return {vocab[t] for t in template.end_tokens if t in vocab}

@@ -1,0 +1,221 @@
+"""load_engine: find a model folder (or hub id), load it on the right device, wrap it in an Engine."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from . import decode
+from .fim import FimTemplate, detect_template, end_token_ids, render_ids
+from .request import Completion, CompletionRequest, StopRule
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelLoadError(RuntimeError):
+    """A model could not be loaded; the message names the model and how to fix it."""
+
+
+def default_model_dir() -> Path:
+    return DEFAULT_MODEL_DIR
+
+
+def pick_device(device: str | None) -> torch.device:
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} was asked for but CUDA is not available here; "
+                             "set device = \"cpu\" or \"auto\"")
+    try:
+        return torch.device(device)
+    except RuntimeError as exc:
+        raise ModelLoadError(f"unknown device {device!r}: use \"auto\", \"cpu\" or \"cuda\"") from exc
+
+
+def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
+    if dtype in (None, "auto"):
+        # CPU kernels are fastest (and exact) in float32; on a GPU half precision halves the traffic.
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"unknown dtype {dtype!r}: use one of auto, {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def _resolve(model: str | None) -> tuple[str, bool]:
+    """(what to pass to from_pretrained, whether it is a local folder)."""
+    if model is None:
+        if not (DEFAULT_MODEL_DIR / "config.json").is_file():
+            raise ModelLoadError(
+                f"the embedded default model is missing from {DEFAULT_MODEL_DIR}; reinstall memosight, "
+                "or set model = \"/path/to/a/model/folder\" in .memosight.toml")
+        return str(DEFAULT_MODEL_DIR), True
+    path = Path(model).expanduser()
+    if path.exists() or model.startswith((".", "/", "~")) or os.sep + os.sep in model:
+        if not path.is_dir():
+            raise ModelLoadError(f"model folder {str(path)!r} does not exist; check the `model` setting "
+                                 "(a folder with config.json, or a Hugging Face id such as 'org/name')")
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"model folder {str(path)!r} has no config.json; it must be a folder "
+                                 "written by save_pretrained (config, weights and tokenizer)")
+        return str(path), True
+    return model, False
+
+
+def _load_pretrained(source: str, local: bool, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    offline = local or os.environ.get("HF_HUB_OFFLINE") == "1"
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=offline)
+    except (OSError, ValueError, json.JSONDecodeError, RuntimeError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if local:
+            raise ModelLoadError(f"model folder {source!r} could not be loaded ({first}); it looks "
+                                 "incomplete or corrupt: save it again with save_pretrained, or point "
+                                 "`model` at another folder") from exc
+        raise ModelLoadError(
+            f"model {source!r} is not a folder on disk and could not be loaded from the Hugging Face "
+            f"cache ({first}). Download it first where there is network (`hf download {source}`), or set "
+            "`model` to a local folder") from exc
+    return model, tokenizer
+
+
+class Engine:
+    """A loaded model and tokenizer, with the decoding loops and request statistics."""
+
+    def __init__(self, model, tokenizer, device: torch.device, name: str):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.device = device
+        self.name = name
+        self.vocab: dict[str, int] = tokenizer.get_vocab()
+        self.fim: FimTemplate = detect_template(self.vocab)
+        self.eos_ids = self._eos_ids()
+        self.end_ids = self.eos_ids | end_token_ids(self.fim, self.vocab)
+        self.prompt_cache = decode.PromptCache()
+        self._lock = threading.Lock()  # one model, one decoding loop at a time
+        self.latencies_ms: deque[float] = deque(maxlen=200)
+        self.requests = 0
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for source in (getattr(self.model.generation_config, "eos_token_id", None), self.tokenizer.eos_token_id):
+            if isinstance(source, int):
+                ids.add(source)
+            elif source:
+                ids.update(int(i) for i in source)
+        return ids
+
+    # --- tokens ---------------------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def prompt_ids(self, prefix: str, suffix: str = "") -> list[int]:
+        bos = self.tokenizer.bos_token_id if getattr(self.tokenizer, "add_bos_token", False) else None
+        return render_ids(self.fim, self.encode, self.vocab, prefix, suffix, bos_id=bos)
+
+    # --- decoding -------------------------------------------------------------------------------
+
+    def generate(self, input_ids: list[int], max_new_tokens: int, *, speculative: bool = True) -> list[int]:
+        """Greedy decoding: the new tokens, ending at EOS (included) or at the limit.
+
+        `speculative` selects the speculative loop once it exists; both return the same tokens.
+        """
+        if not input_ids:
+            raise ValueError("input_ids is empty: give at least one prompt token")
+        with self._lock:
+            return list(decode.greedy_tokens(self.model, list(input_ids), max_new_tokens, self.eos_ids,
+                                             self.prompt_cache))
+
+    def stream(self, request: CompletionRequest, result: dict | None = None) -> Iterator[str]:
+        """Text pieces as tokens are accepted. If `result` is given it receives the Completion."""
+        start = time.perf_counter()
+        ids = self.prompt_ids(request.prefix, request.suffix)
+        state = decode.StreamState()
+        first_ms = None
+        with self._lock:
+            tokens = decode.greedy_tokens(self.model, ids, request.max_new_tokens, self.end_ids,
+                                          self.prompt_cache, request.cancel)
+            for piece in decode.stream_text(tokens, self.decode, request.stop, self.end_ids, state):
+                if first_ms is None:
+                    first_ms = (time.perf_counter() - start) * 1000
+                yield piece
+        latency = (time.perf_counter() - start) * 1000
+        if request.cancel.is_set():
+            state.stop_reason = "cancelled"
+        else:
+            self.latencies_ms.append(latency)
+        self.requests += 1
+        if result is not None:
+            result["completion"] = Completion(state.text, state.tokens, len(ids), latency,
+                                              first_ms if first_ms is not None else latency, state.stop_reason)
+
+    def complete(self, prefix: str, suffix: str = "", *, max_new_tokens: int = 64, single_line: bool = False,
+                 language: str = "", stop: StopRule | None = None) -> Completion:
+        """The completion at a cursor between `prefix` and `suffix`, with its latency."""
+        if stop is None:
+            line_rest = suffix.split("\n", 1)[0]
+            stop = StopRule(single_line=single_line, suffix_line=line_rest)
+        request = CompletionRequest(prefix, suffix, language, max_new_tokens, stop)
+        result: dict = {}
+        for _ in self.stream(request, result):
+            pass
+        return result["completion"]
+
+    def status(self) -> dict:
+        lat = sorted(self.latencies_ms)
+        pc = self.prompt_cache
+        return {
+            "model": self.name,
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "fim_template": self.fim.name,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "requests": self.requests,
+            "latency_ms": {
+                "last": round(self.latencies_ms[-1], 2) if lat else None,
+                "p50": round(lat[len(lat) // 2], 2) if lat else None,
+                "p95": round(lat[min(len(lat) - 1, int(len(lat) * 0.95))], 2) if lat else None,
+            },
+            "cache": {
+                "prompt_tokens": pc.prompt_tokens,
+                "reused_tokens": pc.reused_tokens,
+                "hit_rate": round(pc.reused_tokens / pc.prompt_tokens, 4) if pc.prompt_tokens else 0.0,
+            },
+        }
+
+
+def load_engine(model: str | None = None, device: str | None = None, dtype: str | None = None) -> Engine:
+    torch_device = pick_device(device)
+    torch_dtype = pick_dtype(dtype, torch_device)
+    source, local = _resolve(model)
+    hf_model, tokenizer = _load_pretrained(source, local, torch_dtype)
+    hf_model.to(torch_device)
+    name = "default" if model is None else model
+    log.info("loaded %s on %s (%s)", name, torch_device, torch_dtype)
+    return Engine(hf_model, tokenizer, torch_device, name)

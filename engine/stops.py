@@ -1,0 +1,92 @@
+"""Stop rules on the generated text: where a completion ends besides EOS and the token limit.
+
+Pure text functions, so the server's post-processing and the engine agree on one definition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .request import StopRule
+
+OPENERS = {"(": ")", "[": "]", "{": "}"}
+CLOSERS = {v: k for k, v in OPENERS.items()}
+
+
+@dataclass(frozen=True)
+class Cut:
+    text: str  # the completion, cut where a rule fired
+    reason: str | None  # which rule fired, None while generation may go on
+
+
+def _bracket_depth(text: str) -> int:
+    depth = 0
+    for ch in text:
+        if ch in OPENERS:
+            depth += 1
+        elif ch in CLOSERS:
+            depth -= 1
+    return depth
+
+
+def _suffix_repeat_at(text: str, suffix_line: str) -> int:
+    """Index where `text` starts repeating the rest of the cursor's line, or -1.
+
+    Only counts an occurrence at bracket depth <= 0, so `f(a(b)` is not cut at the inner `)`.
+    """
+    needle = suffix_line.strip()
+    if not needle:
+        return -1
+    start = 0
+    while (i := text.find(needle, start)) != -1:
+        if _bracket_depth(text[:i]) <= 0:
+            return i
+        start = i + 1
+    return -1
+
+
+def apply_stop_rule(text: str, rule: StopRule) -> Cut:
+    """Cut `text` at the first place a rule fires."""
+    best, reason = len(text), None
+    if rule.single_line and (i := text.find("\n")) != -1 and i < best:
+        best, reason = i, "newline"
+    for s in rule.stop_strings:
+        if s and (i := text.find(s)) != -1 and i < best:
+            best, reason = i, "stop_string"
+    first_line_end = text.find("\n")
+    first_line = text if first_line_end == -1 else text[:first_line_end]
+    if (i := _suffix_repeat_at(first_line, rule.suffix_line)) != -1 and i < best:
+        best, reason = i, "suffix"
+    if rule.next_suffix_line.strip():
+        needle = rule.next_suffix_line.strip()
+        offset = 0
+        for line in text.split("\n")[:-1]:  # only complete lines can equal the next line
+            if line.strip() == needle and offset > 0 and offset < best:
+                best, reason = offset, "suffix"
+                break
+            offset += len(line) + 1
+    cut = text[:best]
+    if reason in ("suffix",):
+        cut = cut.rstrip(" \t") if cut.endswith((" ", "\t")) and "\n" not in cut else cut
+    if reason == "suffix" and cut.endswith("\n"):
+        cut = cut[:-1]
+    return Cut(cut, reason)
+
+
+def held_back(text: str, rule: StopRule) -> int:
+    """How many trailing characters to keep back while streaming: they may yet begin a stop match."""
+    candidates = [s for s in rule.stop_strings if s]
+    if rule.suffix_line.strip():
+        candidates.append(rule.suffix_line.strip())
+    if rule.next_suffix_line.strip():
+        # The whole current line might turn out to be the repeated next line.
+        return len(text) - (text.rfind("\n") + 1) if "\n" in text else 0
+    keep = 0
+    for s in candidates:
+        for n in range(min(len(s), len(text)), 0, -1):
+            if text.endswith(s[:n]):
+                keep = max(keep, n)
+                break
+    if text.endswith((" ", "\t")):
+        keep = max(keep, len(text) - len(text.rstrip(" \t")))
+    return keep
