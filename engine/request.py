@@ -14,6 +14,7 @@ class StopRule:
     suffix_line: str = ""  # the rest of the cursor's line: never generate it again
     next_suffix_line: str = ""  # the first non-blank line after the cursor: stop before repeating it
     stop_strings: tuple[str, ...] = ()  # extra strings that end the completion (not included)
+    block_indent: int = -1  # multi-line: a later non-blank line indented this much or less ends the block
 
 
 @dataclass

@@ -65,10 +65,18 @@ def apply_stop_rule(text: str, rule: StopRule) -> Cut:
                 best, reason = offset, "suffix"
                 break
             offset += len(line) + 1
+    if rule.block_indent >= 0:
+        offset = 0
+        for n, line in enumerate(text.split("\n")[:-1]):  # a line counts once it is complete
+            indent = len(line) - len(line.lstrip(" \t"))
+            if n > 0 and line.strip() and indent <= rule.block_indent and offset < best:
+                best, reason = offset, "block_end"
+                break
+            offset += len(line) + 1
     cut = text[:best]
     if reason in ("suffix",):
         cut = cut.rstrip(" \t") if cut.endswith((" ", "\t")) and "\n" not in cut else cut
-    if reason == "suffix" and cut.endswith("\n"):
+    if reason in ("suffix", "block_end") and cut.endswith("\n"):
         cut = cut[:-1]
     return Cut(cut, reason)
 
@@ -78,7 +86,7 @@ def held_back(text: str, rule: StopRule) -> int:
     candidates = [s for s in rule.stop_strings if s]
     if rule.suffix_line.strip():
         candidates.append(rule.suffix_line.strip())
-    if rule.next_suffix_line.strip():
+    if rule.next_suffix_line.strip() or rule.block_indent >= 0:
         # The whole current line might turn out to be the repeated next line.
         return len(text) - (text.rfind("\n") + 1) if "\n" in text else 0
     keep = 0

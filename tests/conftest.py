@@ -72,3 +72,28 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 def tiny_models(tmp_path_factory) -> dict[str, Path]:
     return {arch: build_tiny_model(tmp_path_factory.mktemp(f"tiny-{arch}"), arch, fim=(arch != "gpt2"))
             for arch in ("llama", "qwen2", "gpt2")}
+
+
+def build_repeater_model(folder: Path, token_text: str = "x") -> Path:
+    """A GPT-2 whose final layer norm outputs a constant, so it emits `token_text` forever.
+
+    Deterministic and never stops on its own: what cancellation and supersede tests need.
+    """
+    import torch
+
+    build_tiny_model(folder, "gpt2", fim=False)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    (token,) = tokenizer.encode(token_text)
+    with torch.no_grad():
+        model.transformer.ln_f.weight.zero_()
+        model.transformer.ln_f.bias.copy_(model.transformer.wte.weight[token] * 50)
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def repeater_model_dir(tmp_path_factory) -> Path:
+    return build_repeater_model(tmp_path_factory.mktemp("repeater"))

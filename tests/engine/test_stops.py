@@ -35,3 +35,11 @@ def test_streaming_holds_back_a_possible_suffix_start():
     assert held_back("foo(a", rule) == 0
     assert held_back("foo(a)", rule) == 1
     assert held_back("x ", StopRule()) == 1
+
+
+def test_block_end_stops_at_the_first_dedented_line():
+    rule = StopRule(block_indent=4)
+    text = "\n        total = 0\n        return total\n    def other(self):\n"
+    cut = apply_stop_rule(text, rule)
+    assert cut.text == "\n        total = 0\n        return total"
+    assert cut.reason == "block_end"

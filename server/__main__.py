@@ -1,0 +1,52 @@
+"""memosight-lsp: start the language server on stdio or TCP. Logs go to stderr or a file, never stdout."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from . import __version__
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="memosight-lsp", description="MemoSight code-completion language server")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--stdio", action="store_true", help="talk LSP over stdin/stdout (the default)")
+    mode.add_argument("--tcp", metavar="HOST:PORT", help="listen for one client on HOST:PORT")
+    parser.add_argument("--log-file", help="write logs to this file instead of stderr")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--version", action="version", version=f"memosight-lsp {__version__}")
+    args = parser.parse_args(argv)
+    if args.tcp:
+        host, sep, port = args.tcp.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            parser.error(f"--tcp takes HOST:PORT, e.g. 127.0.0.1:7777, got {args.tcp!r}")
+        args.host, args.port = host, int(port)
+    return args
+
+
+def setup_logging(log_file: str | None, level: str) -> None:
+    handler: logging.Handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+    logging.getLogger("memosight").setLevel(level.upper())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    setup_logging(args.log_file, args.log_level)
+    from .lsp import create_server
+
+    server = create_server()
+    if args.tcp:
+        server.start_tcp(args.host, args.port)
+    else:
+        server.start_io()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

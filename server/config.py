@@ -1,0 +1,196 @@
+"""Settings: `.memosight.toml` or `[tool.memosight]` in pyproject.toml at the workspace root, then
+editor settings (initializationOptions, then workspace/configuration section `memosight`) on top.
+
+Every key is validated on its own: a bad value is reported (key and reason) and that key keeps its
+default, so one typo never takes the server down or throws away the other keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CONFIG_FILE = ".memosight.toml"
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str | None = None  # model folder or Hugging Face id; None = the embedded default model
+    device: str = "auto"  # "auto" (CUDA when available), "cpu", "cuda", "cuda:N"
+    dtype: str = "auto"  # "auto" (float32 on CPU, bf16/fp16 on GPU), "float32", "bfloat16", "float16"
+    max_new_tokens: int = 64  # upper bound on one completion's length in tokens
+    multiline: str = "auto"  # "auto" | "always" | "never"
+    context_budget: int = 1024  # prompt tokens (prefix + suffix) given to the model
+    suffix_share: float = 0.25  # share of the budget given to the text after the cursor
+    languages: tuple[str, ...] = ()  # language ids to complete; empty = all
+    speculative: bool = True  # speculative decoding (identical output, faster)
+    kv_cache_mb: int = 256  # memory bound of the cross-request KV prefix cache
+    log_level: str = "info"  # "debug" | "info" | "warning" | "error"
+
+
+@dataclass(frozen=True)
+class ConfigError:
+    key: str
+    reason: str
+    source: str
+
+    def message(self) -> str:
+        return f"MemoSight: invalid setting `{self.key}` in {self.source}: {self.reason}. Using the default."
+
+
+def _choice(*options: str):
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or value.lower() not in options:
+            raise ValueError(f"must be one of {', '.join(repr(o) for o in options)}, got {value!r}")
+        return value.lower()
+    return check
+
+
+def _int_range(low: int, high: int):
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"must be a whole number, got {value!r}")
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}, got {value}")
+        return value
+    return check
+
+
+def _float_range(low: float, high: float):
+    def check(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"must be a number, got {value!r}")
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}, got {value}")
+        return float(value)
+    return check
+
+
+def _model(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"must be a folder path or a Hugging Face id (a string), got {value!r}")
+    return value
+
+
+def _device(value: Any) -> str:
+    if not isinstance(value, str) or not (value in ("auto", "cpu", "cuda", "mps") or value.startswith("cuda:")):
+        raise ValueError(f"must be \"auto\", \"cpu\", \"cuda\" or \"cuda:N\", got {value!r}")
+    return value
+
+
+def _languages(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"must be a list of language ids such as [\"python\", \"rust\"], got {value!r}")
+    return tuple(value)
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be true or false, got {value!r}")
+    return value
+
+
+VALIDATORS = {
+    "model": _model,
+    "device": _device,
+    "dtype": _choice("auto", "float32", "bfloat16", "float16"),
+    "max_new_tokens": _int_range(1, 1024),
+    "multiline": _choice("auto", "always", "never"),
+    "context_budget": _int_range(64, 32768),
+    "suffix_share": _float_range(0.0, 0.9),
+    "languages": _languages,
+    "speculative": _bool,
+    "kv_cache_mb": _int_range(0, 65536),
+    "log_level": _choice("debug", "info", "warning", "error"),
+}
+assert set(VALIDATORS) == {f.name for f in dataclasses.fields(Settings)}
+
+
+def _normalise_key(key: str) -> str:
+    # Editors send camelCase (maxNewTokens), TOML files use snake_case or kebab-case.
+    out = "".join("_" + c.lower() if c.isupper() else c for c in key)
+    return out.replace("-", "_")
+
+
+def validate(raw: dict[str, Any], source: str) -> tuple[dict[str, Any], list[ConfigError]]:
+    """The valid keys of `raw`, and an error for every key or value that is not."""
+    values: dict[str, Any] = {}
+    errors: list[ConfigError] = []
+    if not isinstance(raw, dict):
+        return values, [ConfigError("memosight", f"must be a table of settings, got {type(raw).__name__}", source)]
+    for key, value in raw.items():
+        name = _normalise_key(key)
+        if name not in VALIDATORS:
+            known = ", ".join(sorted(VALIDATORS))
+            errors.append(ConfigError(key, f"unknown key (known keys: {known})", source))
+            continue
+        try:
+            values[name] = VALIDATORS[name](value)
+        except ValueError as exc:
+            errors.append(ConfigError(key, str(exc), source))
+    return values, errors
+
+
+def find_config_file(root: Path) -> tuple[Path | None, str]:
+    """The config file that applies at the workspace root, and which table in it to read."""
+    own = root / CONFIG_FILE
+    if own.is_file():
+        return own, ""
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file():
+        return pyproject, "tool.memosight"
+    return None, ""
+
+
+def read_config_file(root: Path | None) -> tuple[dict[str, Any], list[ConfigError]]:
+    if root is None:
+        return {}, []
+    path, table = find_config_file(root)
+    if path is None:
+        return {}, []
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
+        return {}, [ConfigError(path.name, f"cannot be read ({exc}); fix the file", str(path))]
+    for part in table.split(".") if table else []:
+        data = data.get(part, {}) if isinstance(data, dict) else {}
+    return validate(data, str(path))
+
+
+@dataclass
+class ConfigSources:
+    """The layers that make up the settings, lowest first, and when the file was last read."""
+
+    root: Path | None = None
+    file_values: dict[str, Any] = field(default_factory=dict)
+    init_values: dict[str, Any] = field(default_factory=dict)
+    client_values: dict[str, Any] = field(default_factory=dict)
+    file_stamp: tuple[str, float] | None = None
+
+    def stamp(self) -> tuple[str, float] | None:
+        if self.root is None:
+            return None
+        path, _ = find_config_file(self.root)
+        if path is None:
+            return None
+        try:
+            return str(path), path.stat().st_mtime
+        except OSError:
+            return None
+
+    def reload_file(self) -> list[ConfigError]:
+        self.file_values, errors = read_config_file(self.root)
+        self.file_stamp = self.stamp()
+        return errors
+
+    def file_changed(self) -> bool:
+        return self.stamp() != self.file_stamp
+
+    def settings(self) -> Settings:
+        merged = {**self.file_values, **self.init_values, **self.client_values}
+        return Settings(**merged)

@@ -1,0 +1,251 @@
+"""The pygls language server: handlers only, each a few lines that call documents, config, suggest."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+
+from . import __version__
+from .config import ConfigError, ConfigSources, Settings, validate
+from .documents import Document, DocumentStore, Position
+from .suggest import Suggester, Suggestion
+
+log = logging.getLogger(__name__)
+
+STATUS_METHOD = "memosight/status"
+PARTIAL_METHOD = "memosight/partialCompletion"
+ACCEPTED_COMMAND = "memosight.accepted"
+CONFIG_SECTION = "memosight"
+
+
+class MemoSightServer(LanguageServer):
+    def __init__(self, suggester: Suggester | None = None):
+        super().__init__("memosight", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.documents = DocumentStore()
+        self.config = ConfigSources()
+        self.suggester = suggester or Suggester()
+        self._reported: set[str] = set()  # messages already shown, so a bad file is reported once
+
+    @property
+    def settings(self) -> Settings:
+        return self.config.settings()
+
+    def report(self, message: str, kind: types.MessageType = types.MessageType.Warning) -> None:
+        log.warning(message)
+        if message not in self._reported:
+            self._reported.add(message)
+            self.window_show_message(types.ShowMessageParams(type=kind, message=message))
+
+    def report_config_errors(self, errors: list[ConfigError]) -> None:
+        for error in errors:
+            self.report(error.message())
+
+    def reload_config_file_if_changed(self) -> None:
+        if self.config.file_changed():
+            self._reported.clear()
+            self.report_config_errors(self.config.reload_file())
+            self.apply_settings()
+
+    def apply_settings(self) -> None:
+        settings = self.settings
+        logging.getLogger("memosight").setLevel(settings.log_level.upper())
+        self.suggester.ensure_engine(settings)
+
+    def document(self, uri: str) -> Document:
+        doc = self.documents.get(uri)
+        if doc is None:
+            raise JsonRpcInvalidParams(f"document {uri} is not open: send textDocument/didOpen first")
+        return doc
+
+
+server = None  # the instance created by create_server(); handlers receive it as `ls`
+
+
+def _root_path(params: types.InitializeParams) -> Path | None:
+    uri = None
+    if params.workspace_folders:
+        uri = params.workspace_folders[0].uri
+    elif params.root_uri:
+        uri = params.root_uri
+    if uri:
+        parsed = urlparse(uri)
+        return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
+    return Path(params.root_path) if params.root_path else None
+
+
+def _to_position(p: types.Position) -> Position:
+    return Position(p.line, p.character)
+
+
+def create_server(suggester: Suggester | None = None) -> MemoSightServer:
+    ls = MemoSightServer(suggester)
+
+    @ls.feature(types.INITIALIZE)
+    def initialize(ls: MemoSightServer, params: types.InitializeParams) -> None:
+        ls.config.root = _root_path(params)
+        ls.report_config_errors(ls.config.reload_file())
+        options = params.initialization_options
+        if options is not None:
+            ls.config.init_values, errors = validate(_section(options), "initializationOptions")
+            ls.report_config_errors(errors)
+        ls.apply_settings()
+
+    @ls.feature(types.INITIALIZED)
+    async def initialized(ls: MemoSightServer, params: types.InitializedParams) -> None:
+        await _pull_client_configuration(ls)
+
+    @ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls: MemoSightServer, params: types.DidChangeConfigurationParams) -> None:
+        if params.settings and isinstance(params.settings, dict) and CONFIG_SECTION in params.settings:
+            ls.config.client_values, errors = validate(params.settings[CONFIG_SECTION], "editor settings")
+            ls.report_config_errors(errors)
+            ls.apply_settings()
+        else:
+            await _pull_client_configuration(ls)
+
+    @ls.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def did_change_watched_files(ls: MemoSightServer, params: types.DidChangeWatchedFilesParams) -> None:
+        ls.reload_config_file_if_changed()
+
+    @ls.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: MemoSightServer, params: types.DidOpenTextDocumentParams) -> None:
+        d = params.text_document
+        ls.documents.open(d.uri, d.text, d.language_id, d.version)
+
+    @ls.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: MemoSightServer, params: types.DidChangeTextDocumentParams) -> None:
+        doc = ls.documents.get(params.text_document.uri)
+        if doc is None:
+            log.warning("didChange for %s, which is not open; ignored", params.text_document.uri)
+            return
+        for change in params.content_changes:
+            if isinstance(change, types.TextDocumentContentChangePartial):
+                doc.apply_change(change.text, _to_position(change.range.start), _to_position(change.range.end))
+            else:
+                doc.apply_change(change.text)
+        doc.version = params.text_document.version
+
+    @ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: MemoSightServer, params: types.DidCloseTextDocumentParams) -> None:
+        ls.documents.close(params.text_document.uri)
+
+    @ls.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(ls: MemoSightServer, params: types.InlineCompletionParams):
+        suggestion, doc = await _suggest(ls, params.text_document.uri, params.position)
+        if suggestion is None:
+            return types.InlineCompletionList(items=[])
+        at = _lsp_position(doc, suggestion.offset)
+        item = types.InlineCompletionItem(
+            insert_text=suggestion.text, range=types.Range(at, at),
+            command=types.Command("Accept", ACCEPTED_COMMAND, [len(suggestion.text)]))
+        return types.InlineCompletionList(items=[item])
+
+    @ls.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[".", "(", " "]))
+    async def completion(ls: MemoSightServer, params: types.CompletionParams):
+        suggestion, doc = await _suggest(ls, params.text_document.uri, params.position)
+        if suggestion is None:
+            return types.CompletionList(is_incomplete=True, items=[])
+        return types.CompletionList(is_incomplete=True, items=[_completion_item(doc, suggestion)])
+
+    @ls.feature(STATUS_METHOD)
+    def status(ls: MemoSightServer, params) -> dict:
+        out = ls.suggester.status(ls.settings)
+        out["version"] = __version__
+        out["documents"] = len(ls.documents.all())
+        return out
+
+    @ls.command(ACCEPTED_COMMAND)
+    def accepted(ls: MemoSightServer, *args) -> None:
+        chars = args[0] if args and isinstance(args[0], int) else 0
+        ls.suggester.record_accepted(chars)
+
+    @ls.feature(types.SHUTDOWN)
+    def shutdown(ls: MemoSightServer, *args) -> None:
+        ls.suggester.shutdown()
+
+    return ls
+
+
+def _section(options) -> dict:
+    """initializationOptions may be the settings themselves or {"memosight": {...}}."""
+    if isinstance(options, dict) and isinstance(options.get(CONFIG_SECTION), dict):
+        return options[CONFIG_SECTION]
+    return options if isinstance(options, dict) else {"initializationOptions": options}
+
+
+async def _pull_client_configuration(ls: MemoSightServer) -> None:
+    caps = ls.client_capabilities.workspace
+    if not (caps and caps.configuration):
+        return
+    try:
+        result = await ls.workspace_configuration_async(
+            types.ConfigurationParams(items=[types.ConfigurationItem(section=CONFIG_SECTION)]))
+    except Exception as exc:  # a client that fails the request must not stop the server
+        log.warning("workspace/configuration failed: %s", exc)
+        return
+    section = result[0] if result else None
+    if isinstance(section, dict) and section:
+        ls.config.client_values, errors = validate(section, "editor settings")
+        ls.report_config_errors(errors)
+        ls.apply_settings()
+
+
+async def _suggest(ls: MemoSightServer, uri: str, position: types.Position) -> tuple[Suggestion | None, Document]:
+    doc = ls.document(uri)
+    ls.reload_config_file_if_changed()
+    settings = ls.settings
+    if settings.languages and doc.language not in settings.languages:
+        return None, doc
+    if doc.too_large:
+        ls.report(f"MemoSight: {uri} is {len(doc.text) / 1e6:.1f} MB, over the 8 MB limit; no completions "
+                  "for this file")
+        return None, doc
+    if doc.looks_binary:
+        ls.report(f"MemoSight: {uri} looks binary (it has NUL bytes); no completions for this file")
+        return None, doc
+    cursor = doc.offset_at(_to_position(position))
+
+    def on_partial(text: str) -> None:
+        ls.protocol.notify(PARTIAL_METHOD, {"uri": uri, "position": {"line": position.line,
+                                                                    "character": position.character},
+                                           "text": text})
+
+    try:
+        suggestion = await ls.suggester.suggest(doc, cursor, settings, on_partial)
+    except Exception as exc:  # noqa: BLE001 - the server answers every request and stays up
+        if type(exc).__name__ == "CancelledError":
+            raise
+        ls.suggester.counters.errors += 1
+        ls.suggester.load_error = str(exc)
+        ls.report(f"MemoSight: {exc}", types.MessageType.Error)
+        return None, doc
+    return suggestion, doc
+
+
+def _lsp_position(doc: Document, offset: int) -> types.Position:
+    p = doc.position_at(offset)
+    return types.Position(p.line, p.character)
+
+
+def _completion_item(doc: Document, suggestion: Suggestion) -> types.CompletionItem:
+    """The suggestion as a completion item that replaces the word before the cursor, so that clients
+    filtering on that word keep it."""
+    text = doc.text
+    start = suggestion.offset
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+        start -= 1
+    word = text[start:suggestion.offset]
+    new_text = word + suggestion.text
+    edit_range = types.Range(_lsp_position(doc, start), _lsp_position(doc, suggestion.offset))
+    label = new_text.split("\n", 1)[0].strip() or new_text.strip()
+    return types.CompletionItem(
+        label=label[:80], kind=types.CompletionItemKind.Text, detail="MemoSight",
+        insert_text_format=types.InsertTextFormat.PlainText, filter_text=new_text,
+        text_edit=types.TextEdit(edit_range, new_text), sort_text="0",
+        documentation=new_text if "\n" in new_text else None,
+        command=types.Command("Accept", ACCEPTED_COMMAND, [len(suggestion.text)]))
