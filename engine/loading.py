@@ -148,7 +148,11 @@ class Engine:
 
     def prompt_ids(self, prefix: str, suffix: str = "") -> list[int]:
         bos = self.tokenizer.bos_token_id if getattr(self.tokenizer, "add_bos_token", False) else None
-        return render_ids(self.fim, self.encode, self.vocab, prefix, suffix, bos_id=bos)
+        ids = render_ids(self.fim, self.encode, self.vocab, prefix, suffix, bos_id=bos)
+        if not ids:  # an empty file with a plain-prefix model: start from a document boundary
+            start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else min(self.eos_ids)
+            ids = [start]
+        return ids
 
     # --- decoding -------------------------------------------------------------------------------
 

@@ -33,6 +33,8 @@ def setup_logging(log_file: str | None, level: str) -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
     logging.getLogger("memosight").setLevel(level.upper())
+    # transformers' own advice (attention masks, progress bars) is noise in an editor's log.
+    logging.getLogger("transformers").setLevel(logging.ERROR)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -142,7 +142,7 @@ def create_server(suggester: Suggester | None = None) -> MemoSightServer:
         at = _lsp_position(doc, suggestion.offset)
         item = types.InlineCompletionItem(
             insert_text=suggestion.text, range=types.Range(at, at),
-            command=types.Command("Accept", ACCEPTED_COMMAND, [len(suggestion.text)]))
+            command=types.Command(title="Accept", command=ACCEPTED_COMMAND, arguments=[len(suggestion.text)]))
         return types.InlineCompletionList(items=[item])
 
     @ls.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[".", "(", " "]))
@@ -210,13 +210,13 @@ async def _suggest(ls: MemoSightServer, uri: str, position: types.Position) -> t
         return None, doc
     cursor = doc.offset_at(_to_position(position))
 
-    def on_partial(text: str) -> None:
+    def on_partial(text: str) -> None:  # only for clients that asked for streaming (see wants_partials)
         ls.protocol.notify(PARTIAL_METHOD, {"uri": uri, "position": {"line": position.line,
                                                                     "character": position.character},
                                            "text": text})
 
     try:
-        suggestion = await ls.suggester.suggest(doc, cursor, settings, on_partial)
+        suggestion = await ls.suggester.suggest(doc, cursor, settings, on_partial if wants_partials(ls) else None)
     except Exception as exc:  # noqa: BLE001 - the server answers every request and stays up
         if type(exc).__name__ == "CancelledError":
             raise
@@ -225,6 +225,15 @@ async def _suggest(ls: MemoSightServer, uri: str, position: types.Position) -> t
         ls.report(f"MemoSight: {exc}", types.MessageType.Error)
         return None, doc
     return suggestion, doc
+
+
+def wants_partials(ls: MemoSightServer) -> bool:
+    """Clients opt in to `memosight/partialCompletion` with experimental.memosight.partialCompletion."""
+    experimental = ls.client_capabilities.experimental
+    if isinstance(experimental, dict):
+        own = experimental.get("memosight")
+        return isinstance(own, dict) and bool(own.get("partialCompletion"))
+    return False
 
 
 def _lsp_position(doc: Document, offset: int) -> types.Position:
@@ -248,4 +257,4 @@ def _completion_item(doc: Document, suggestion: Suggestion) -> types.CompletionI
         insert_text_format=types.InsertTextFormat.PlainText, filter_text=new_text,
         text_edit=types.TextEdit(edit_range, new_text), sort_text="0",
         documentation=new_text if "\n" in new_text else None,
-        command=types.Command("Accept", ACCEPTED_COMMAND, [len(suggestion.text)]))
+        command=types.Command(title="Accept", command=ACCEPTED_COMMAND, arguments=[len(suggestion.text)]))
