@@ -87,6 +87,9 @@ def _resolve(model: str | None) -> tuple[str, bool]:
 
 def _load_pretrained(source: str, local: bool, dtype: torch.dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # progress bars would land in an editor's log
 
     offline = local or os.environ.get("HF_HUB_OFFLINE") == "1"
     try:

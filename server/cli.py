@@ -29,7 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
                 groups[path[:depth]] = sub.add_subparsers(dest=f"{path[depth - 1]}_command", required=True)
         sub = groups[path[:-1]].add_parser(path[-1], help=help_text, description=help_text)
         sub.set_defaults(_module=module)
-        _load(module).add_arguments(sub)
+        try:
+            _load(module).add_arguments(sub)
+        except ImportError as exc:  # a broken install of one command must not take down the others
+            sub.set_defaults(_broken=f"{' '.join(path)} is unavailable: {exc}")
     return parser
 
 
@@ -39,6 +42,9 @@ def _load(module: str):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "_broken", None):
+        print(f"memosight: {args._broken}", file=sys.stderr)
+        return 2
     try:
         return int(_load(args._module).run(args) or 0)
     except KeyboardInterrupt:

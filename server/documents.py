@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from urllib.parse import unquote, urlparse
 from dataclasses import dataclass, field
 
 LINE_END = re.compile(r"\r\n|\r|\n")
@@ -51,6 +52,12 @@ class Document:
     language: str = ""
     version: int = 0
     _line_starts: list[int] | None = field(default=None, repr=False)
+
+    @property
+    def path(self) -> str:
+        """The file path for file:// URIs, else the URI itself."""
+        parsed = urlparse(self.uri)
+        return unquote(parsed.path) if parsed.scheme == "file" else self.uri
 
     # --- positions ------------------------------------------------------------------------------
 

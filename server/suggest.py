@@ -144,7 +144,7 @@ class Suggester:
 
     def build_context(self, engine, doc: Document, cursor: int, settings: Settings) -> PackedContext:
         return truncate_around_cursor(doc.text, cursor, settings.context_budget, settings.suffix_share,
-                                      engine.count_tokens, doc.uri)
+                                      engine.count_tokens, doc.path)
 
     async def suggest(self, doc: Document, cursor: int, settings: Settings,
                       on_partial: Callable[[str], None] | None = None) -> Suggestion | None:

@@ -66,7 +66,12 @@ def _head_within(text: str, budget: int, count_tokens: Callable[[str], int]) -> 
             low = mid
         else:
             high = mid - 1
-    return "".join(lines[:low])
+    kept = "".join(lines[:low])
+    if not kept and lines:  # the cursor's own line is too long: keep what fits of it
+        kept = lines[0]
+        while kept and count_tokens(kept) > budget:
+            kept = kept[: len(kept) * 3 // 4]
+    return kept
 
 
 def truncate_around_cursor(text: str, cursor: int, budget: int, suffix_share: float,

@@ -1,0 +1,59 @@
+"""`memosight complete FILE:LINE:COL [--json]`: the suggestion an editor would show at that cursor."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+
+from .cursor import add_model_arguments, load_document, parse_cursor, settings_for
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("cursor", type=parse_cursor, metavar="FILE:LINE:COL", help="1-based line and column")
+    add_model_arguments(parser)
+    parser.add_argument("--max-new-tokens", type=int, help="longest completion in tokens (default 64)")
+    parser.add_argument("--multiline", choices=["auto", "always", "never"], help="default: auto")
+    parser.add_argument("--budget", type=int, dest="context_budget", help="prompt token budget (default 1024)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..suggest import Suggester
+
+    overrides = {"model": args.model, "device": args.device, "dtype": args.dtype,
+                 "max_new_tokens": args.max_new_tokens, "multiline": args.multiline,
+                 "context_budget": args.context_budget}
+    settings = settings_for(args.cursor.path, overrides)
+    doc, cursor = load_document(args.cursor)
+    suggester = Suggester()
+    load_start = time.perf_counter()
+    try:
+        engine = suggester.ensure_engine(settings).result()
+    except Exception as exc:  # ModelLoadError and friends: one clear line, no traceback
+        print(f"memosight: {exc}", file=sys.stderr)
+        return 2
+    load_ms = (time.perf_counter() - load_start) * 1000
+    suggestion = asyncio.run(suggester.suggest(doc, cursor, settings))
+    text = suggestion.text if suggestion else ""
+    latency = suggestion.latency_ms if suggestion else None
+    status = engine.status()
+    if args.json:
+        print(json.dumps({"completion": text, "latency_ms": latency, "load_ms": round(load_ms, 1),
+                          "prompt_tokens": suggestion.prompt_tokens if suggestion else None,
+                          "stop_reason": suggestion.stop_reason if suggestion else None,
+                          "model": status["model"], "device": status["device"], "dtype": status["dtype"]}))
+    else:
+        line, col = args.cursor.line, args.cursor.column
+        print(f"{args.cursor.path}:{line}:{col}  model={status['model']} device={status['device']} "
+              f"dtype={status['dtype']}")
+        print("--- completion ---")
+        print(text if text else "(no suggestion)")
+        print("------------------")
+        if latency is not None:
+            print(f"latency: {latency:.1f} ms ({suggestion.prompt_tokens} prompt tokens; "
+                  f"model load {load_ms:.0f} ms, not included)")
+    suggester.shutdown()
+    return 0

@@ -1,0 +1,43 @@
+"""`memosight context FILE:LINE:COL --budget N [--json]`: the packed context the model would see."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .cursor import add_model_arguments, load_document, parse_cursor, settings_for
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("cursor", type=parse_cursor, metavar="FILE:LINE:COL", help="1-based line and column")
+    parser.add_argument("--budget", type=int, default=None, help="prompt token budget (default: config, 1024)")
+    add_model_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..suggest import Suggester
+
+    settings = settings_for(args.cursor.path, {"model": args.model, "device": args.device, "dtype": args.dtype,
+                                               "context_budget": args.budget})
+    doc, cursor = load_document(args.cursor)
+    suggester = Suggester()
+    try:
+        engine = suggester.ensure_engine(settings).result()
+    except Exception as exc:
+        print(f"memosight: {exc}", file=sys.stderr)
+        return 2
+    packed = suggester.build_context(engine, doc, cursor, settings)
+    if args.json:
+        print(json.dumps(packed.to_json()))
+    else:
+        print(f"prompt tokens: {packed.prompt_tokens} of {settings.context_budget}")
+        for r in packed.regions:
+            print(f"  {r.kind:<14} lines {r.start_line}-{r.end_line}  score {r.score:.2f}  {r.path}")
+        print("--- prefix ---")
+        print(packed.prefix)
+        print("--- suffix ---")
+        print(packed.suffix)
+    suggester.shutdown()
+    return 0

@@ -1,0 +1,61 @@
+from pathlib import Path
+
+from memosight.server.config import ConfigSources, Settings, find_config_file, read_config_file, validate
+
+
+def test_valid_values_from_the_own_file(tmp_path: Path):
+    (tmp_path / ".memosight.toml").write_text('model = "/models/big"\nmax_new_tokens = 32\nmultiline = "never"\n')
+    values, errors = read_config_file(tmp_path)
+    assert errors == []
+    assert values == {"model": "/models/big", "max_new_tokens": 32, "multiline": "never"}
+
+
+def test_pyproject_table_is_used_when_there_is_no_own_file(tmp_path: Path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.memosight]\ncontext-budget = 512\n')
+    assert find_config_file(tmp_path)[1] == "tool.memosight"
+    assert read_config_file(tmp_path) == ({"context_budget": 512}, [])
+
+
+def test_each_bad_key_is_reported_and_the_others_kept():
+    values, errors = validate({"max_new_tokens": -3, "multiline": "sometimes", "colour": "red",
+                               "dtype": "float32", "speculative": "yes"}, "test")
+    assert values == {"dtype": "float32"}
+    reasons = {e.key: e.reason for e in errors}
+    assert "between 1 and 1024" in reasons["max_new_tokens"]
+    assert "'auto'" in reasons["multiline"]
+    assert "unknown key" in reasons["colour"]
+    assert "true or false" in reasons["speculative"]
+    assert "`max_new_tokens`" in errors[0].message() and "default" in errors[0].message()
+
+
+def test_unreadable_toml_is_one_clear_error(tmp_path: Path):
+    (tmp_path / ".memosight.toml").write_text("model = \n")
+    values, errors = read_config_file(tmp_path)
+    assert values == {} and "cannot be read" in errors[0].reason
+
+
+def test_editor_settings_override_init_options_override_the_file(tmp_path: Path):
+    (tmp_path / ".memosight.toml").write_text("max_new_tokens = 10\ncontext_budget = 300\nmultiline = \"never\"\n")
+    sources = ConfigSources(root=tmp_path)
+    sources.reload_file()
+    sources.init_values, _ = validate({"maxNewTokens": 20, "contextBudget": 400}, "init")
+    sources.client_values, _ = validate({"maxNewTokens": 30}, "client")
+    settings = sources.settings()
+    assert (settings.max_new_tokens, settings.context_budget, settings.multiline) == (30, 400, "never")
+    assert settings.device == Settings().device
+
+
+def test_file_change_is_noticed(tmp_path: Path):
+    import os
+    import time
+
+    path = tmp_path / ".memosight.toml"
+    path.write_text("max_new_tokens = 10\n")
+    sources = ConfigSources(root=tmp_path)
+    sources.reload_file()
+    assert not sources.file_changed()
+    path.write_text("max_new_tokens = 11\n")
+    os.utime(path, (time.time() + 5, time.time() + 5))
+    assert sources.file_changed()
+    sources.reload_file()
+    assert sources.settings().max_new_tokens == 11
