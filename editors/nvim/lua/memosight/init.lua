@@ -1,0 +1,185 @@
+--- MemoSight for Neovim: starts `memosight-lsp --stdio` for the configured filetypes and shows its
+--- inline completions as ghost text with Neovim's native `vim.lsp.inline_completion` (0.12+).
+---
+---   require("memosight").setup({ settings = { max_new_tokens = 32 } })
+
+local M = {}
+
+local NAME = "memosight"
+local INLINE_METHOD = "textDocument/inlineCompletion"
+local STATUS_METHOD = "memosight/status"
+
+M.defaults = {
+  -- The language server command; any `memosight-lsp` on $PATH, or e.g. { "/venv/bin/python", "-m", "memosight.server", "--stdio" }.
+  cmd = { "memosight-lsp", "--stdio" },
+  -- Filetypes for which the server is started.
+  filetypes = {
+    "python", "javascript", "javascriptreact", "typescript", "typescriptreact", "go", "rust", "lua",
+    "c", "cpp", "java", "sh", "bash", "zsh", "ruby", "php", "kotlin", "scala", "swift", "cs",
+  },
+  -- The workspace root is the nearest folder holding one of these (the server reads .memosight.toml there).
+  root_markers = { ".memosight.toml", "pyproject.toml", ".git" },
+  -- Server settings (keys of .memosight.toml: model, max_new_tokens, multiline, device, ...). They are sent as
+  -- initializationOptions and answered to workspace/configuration (section "memosight"), so they override the file.
+  settings = {},
+  -- Insert-mode keys; set one to false to leave that key alone. `accept` and `dismiss` fall back to the key's
+  -- ordinary meaning when no suggestion is shown.
+  keymaps = {
+    accept = "<Tab>",
+    next = "<M-]>",
+    prev = "<M-[>",
+    dismiss = "<C-]>",
+  },
+}
+
+M.config = vim.deepcopy(M.defaults)
+
+---@return vim.lsp.Client?
+local function client_for(bufnr)
+  return vim.lsp.get_clients({ bufnr = bufnr, name = NAME })[1] or vim.lsp.get_clients({ name = NAME })[1]
+end
+
+-- Ghost text: a backend is { enable(bufnr), shown(bufnr) -> boolean, accept(bufnr), select(bufnr, count),
+-- dismiss(bufnr) }. Neovim 0.12 draws and accepts the server's items itself, and on acceptance it executes the
+-- item's `command` (memosight.accepted) with client:exec_cmd, which is how the server counts acceptances.
+-- An extmark-based backend for 0.10-0.11 would plug in here.
+local native = {}
+
+-- Neovim 0.12 has no public "dismiss" or "is a suggestion shown?"; the per-buffer completor is internal.
+local function completor(bufnr)
+  return vim.tbl_get(vim.lsp, "_capability", "all", "inline_completion", "active", bufnr)
+end
+
+function native.enable(bufnr)
+  vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
+end
+
+function native.shown(bufnr)
+  local c = completor(bufnr)
+  return c ~= nil and c.current ~= nil
+end
+
+function native.accept(bufnr)
+  return vim.lsp.inline_completion.get({ bufnr = bufnr })
+end
+
+function native.select(bufnr, count)
+  vim.lsp.inline_completion.select({ bufnr = bufnr, count = count })
+end
+
+function native.dismiss(bufnr)
+  local c = completor(bufnr)
+  if c and c.abort then
+    c:abort()
+  end
+end
+
+local ghost = vim.lsp.inline_completion and native or nil
+
+local function set_keymaps(bufnr)
+  local keys = M.config.keymaps
+  local function map(lhs, rhs, desc)
+    if lhs then
+      vim.keymap.set("i", lhs, rhs, { buffer = bufnr, expr = true, silent = true, desc = "MemoSight: " .. desc })
+    end
+  end
+  map(keys.accept, function()
+    return ghost.shown(bufnr) and ghost.accept(bufnr) and "" or keys.accept
+  end, "accept suggestion")
+  map(keys.dismiss, function()
+    if not ghost.shown(bufnr) then
+      return keys.dismiss
+    end
+    ghost.dismiss(bufnr)
+    return ""
+  end, "dismiss suggestion")
+  map(keys.next, function()
+    ghost.select(bufnr, 1)
+    return ""
+  end, "next suggestion")
+  map(keys.prev, function()
+    ghost.select(bufnr, -1)
+    return ""
+  end, "previous suggestion")
+end
+
+local function on_attach(client, bufnr)
+  if not ghost then
+    vim.notify_once("MemoSight: ghost text needs Neovim 0.12 (vim.lsp.inline_completion)", vim.log.levels.WARN)
+    return
+  end
+  ghost.enable(bufnr)
+  set_keymaps(bufnr)
+end
+
+local function start(bufnr)
+  if vim.bo[bufnr].buftype ~= "" then
+    return
+  end
+  local settings = next(M.config.settings) and M.config.settings or vim.empty_dict()
+  vim.lsp.start({
+    name = NAME,
+    cmd = M.config.cmd,
+    root_dir = vim.fs.root(bufnr, M.config.root_markers),
+    init_options = { memosight = settings },
+    settings = { memosight = settings },
+    on_attach = on_attach,
+  }, { bufnr = bufnr })
+end
+
+--- Ask the server for `memosight/status` (model, device, request counters, cache) and pass it to `callback`.
+---@param callback fun(err: table?, result: table?)
+---@param bufnr integer?
+function M.status(callback, bufnr)
+  local client = client_for(bufnr or vim.api.nvim_get_current_buf())
+  if not client then
+    callback({ message = "MemoSight is not running for this buffer" }, nil)
+    return
+  end
+  -- client:request on 0.11+, client.request on 0.10
+  local request = vim.fn.has("nvim-0.11") == 1 and function(...) return client:request(...) end or client.request
+  request(STATUS_METHOD, vim.empty_dict(), function(err, result)
+    callback(err, result)
+  end, bufnr)
+end
+
+local function show_status()
+  M.status(function(err, result)
+    if err then
+      vim.notify("MemoSight: " .. (err.message or vim.inspect(err)), vim.log.levels.ERROR)
+    else
+      vim.notify("MemoSight status\n" .. vim.inspect(result), vim.log.levels.INFO)
+    end
+  end)
+end
+
+function M.setup(opts)
+  M.config = vim.tbl_deep_extend("force", vim.deepcopy(M.defaults), opts or {})
+  if opts and opts.filetypes then -- lists replace the defaults instead of merging index by index
+    M.config.filetypes = opts.filetypes
+  end
+  if opts and opts.root_markers then
+    M.config.root_markers = opts.root_markers
+  end
+
+  local group = vim.api.nvim_create_augroup("memosight", { clear = true })
+  vim.api.nvim_create_autocmd("FileType", {
+    group = group,
+    pattern = M.config.filetypes,
+    callback = function(args)
+      start(args.buf)
+    end,
+  })
+  vim.api.nvim_create_user_command("MemoSightStatus", show_status, { desc = "Show the MemoSight server's status" })
+
+  -- setup() may run after buffers were opened (lazy loading)
+  for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_loaded(bufnr) and vim.tbl_contains(M.config.filetypes, vim.bo[bufnr].filetype) then
+      start(bufnr)
+    end
+  end
+end
+
+M._INLINE_METHOD = INLINE_METHOD
+
+return M

@@ -1,0 +1,62 @@
+"""The memosight-lsp entry point: arguments, TCP mode, nothing but LSP on stdout."""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from memosight.server.__main__ import parse_args
+
+
+def test_version_and_help():
+    out = subprocess.run([sys.executable, "-m", "memosight.server", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("memosight-lsp ")
+    out = subprocess.run([sys.executable, "-m", "memosight.server", "--help"], capture_output=True, text=True)
+    assert "--stdio" in out.stdout and "--tcp" in out.stdout
+
+
+def test_bad_tcp_address_is_a_clear_error():
+    with pytest.raises(SystemExit):
+        parse_args(["--tcp", "nope"])
+    assert parse_args(["--tcp", "127.0.0.1:9000"]).port == 9000
+
+
+def _frame(payload: dict) -> bytes:
+    body = json.dumps(payload).encode()
+    return f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+
+
+def test_tcp_mode_answers_initialize(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "server.log"
+    proc = subprocess.Popen([sys.executable, "-m", "memosight.server", "--tcp", f"127.0.0.1:{port}",
+                             "--log-file", str(log)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                conn = socket.create_connection(("127.0.0.1", port), timeout=30)
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.2)
+        with conn:
+            conn.sendall(_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                 "params": {"processId": None, "rootUri": None, "capabilities": {},
+                                            "initializationOptions": {"model": str(tmp_path / "none")}}}))
+            data = b""
+            while b'"id": 1' not in data and b'"id":1' not in data:
+                chunk = conn.recv(65536)
+                assert chunk, "server closed the connection"
+                data += chunk
+        assert b"inlineCompletionProvider" in data
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    assert out == b""  # logs go to the log file, never stdout

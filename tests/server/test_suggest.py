@@ -1,0 +1,99 @@
+import asyncio
+
+from memosight.server.config import Settings
+from memosight.server.documents import Document
+from memosight.server.suggest import Suggester, completion_mode, post_process
+
+
+def mode_at(text: str, marker: str = "|", language: str = "python", multiline: str = "auto"):
+    cursor = text.index(marker)
+    doc = Document("file:///a.py", text.replace(marker, ""), language)
+    return completion_mode(doc, cursor, Settings(multiline=multiline))
+
+
+def test_mid_line_is_single_line_and_never_repeats_the_rest_of_the_line():
+    rule, multiline = mode_at("print(ite|)\n")
+    assert not multiline and rule.single_line and rule.suffix_line == ")"
+
+
+def test_after_a_block_opener_is_multi_line_to_the_end_of_the_block():
+    rule, multiline = mode_at("class A:\n    def f(self):|\n\n    def g(self):\n        pass\n")
+    assert multiline and not rule.single_line
+    assert rule.block_indent == 4
+    assert rule.next_suffix_line == "    def g(self):"
+
+
+def test_blank_line_below_an_opener_is_multi_line():
+    _, multiline = mode_at("def f(x):\n    |\n")
+    assert multiline
+
+
+def test_braces_open_blocks_in_other_languages():
+    _, multiline = mode_at("function f(x) {|\n}\n", language="javascript")
+    assert multiline
+
+
+def test_multiline_setting_overrides_auto():
+    assert mode_at("def f(x):|\n", multiline="never")[1] is False
+    assert mode_at("x = |\n", multiline="always")[1] is True
+
+
+def test_post_process_trims_trailing_space():
+    assert post_process("return x  \n\n", multiline=True) == "return x"
+    assert post_process("a\nb", multiline=False) == "a"
+
+
+class FakeEngine:
+    """Stands in for the engine: emits a fixed text in pieces, slowly, honouring cancel."""
+
+    def __init__(self, text: str, delay: float = 0.0):
+        self.text, self.delay = text, delay
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def stream(self, request, result):
+        import time
+
+        from memosight.engine.request import Completion
+
+        out = ""
+        for ch in self.text:
+            if request.cancel.is_set():
+                break
+            time.sleep(self.delay)
+            out += ch
+            yield ch
+        result["completion"] = Completion(out, len(out), 1, 1.0, 1.0, "max_tokens")
+
+    def status(self) -> dict:
+        return {"model": "fake", "device": "cpu", "dtype": "float32"}
+
+
+def test_a_newer_request_supersedes_the_running_one():
+    suggester = Suggester(load_engine=lambda settings: FakeEngine("abcdefgh", delay=0.05))
+    doc = Document("file:///a.py", "x = \n", "python")
+
+    async def scenario():
+        older = asyncio.ensure_future(suggester.suggest(doc, 4, Settings()))
+        await asyncio.sleep(0.1)
+        newer = await suggester.suggest(doc, 4, Settings())
+        return await older, newer
+
+    older, newer = asyncio.run(scenario())
+    assert older is None and newer.text == "abcdefgh"
+    assert suggester.counters.superseded == 1 and suggester.counters.completed == 1
+
+
+def test_partial_text_is_reported_while_generating():
+    suggester = Suggester(load_engine=lambda settings: FakeEngine("abc"))
+    doc = Document("file:///a.py", "x = \n", "python")
+    seen: list[str] = []
+
+    async def scenario():
+        result = await suggester.suggest(doc, 4, Settings(), on_partial=seen.append)
+        await asyncio.sleep(0)  # let the loop run the partial callbacks
+        return result
+
+    assert asyncio.run(scenario()).text == "abc"
+    assert seen == ["a", "ab", "abc"]
