@@ -6,7 +6,6 @@
 local M = {}
 
 local NAME = "memosight"
-local INLINE_METHOD = "textDocument/inlineCompletion"
 local STATUS_METHOD = "memosight/status"
 
 M.defaults = {
@@ -179,7 +178,5 @@ function M.setup(opts)
     end
   end
 end
-
-M._INLINE_METHOD = INLINE_METHOD
 
 return M
