@@ -47,6 +47,21 @@ class PromptCache:
         self.reused_tokens += keep
         return out.logits[0, -1], PrefillStats(len(input_ids), keep)
 
+    def prefill_hidden(self, model, input_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Like prefill, but also returns the last hidden state (for the draft heads)."""
+        keep = min(kv.common_prefix_length(self.tokens, input_ids), len(input_ids) - 1)
+        if self.cache is None or keep <= 0:
+            self.cache, keep = kv.new_cache(model), 0
+        else:
+            kv.crop(self.cache, keep)
+        device = next(model.parameters()).device
+        hidden = kv.forward_hidden(model, torch.tensor([input_ids[keep:]], device=device), self.cache)
+        self.tokens = list(input_ids)
+        self.prompt_tokens += len(input_ids)
+        self.reused_tokens += keep
+        last = hidden[0, -1]
+        return last, model.get_output_embeddings()(last)
+
     def append(self, model, token: int) -> torch.Tensor:
         device = next(model.parameters()).device
         out = kv.forward(model, torch.tensor([[token]], device=device), self.cache)
@@ -113,3 +128,152 @@ def stream_text(tokens: Iterable[int], decode, stop: StopRule, end_ids: set[int]
     if len(state.text) > state.emitted:
         yield state.text[state.emitted:]
         state.emitted = len(state.text)
+
+
+# --- speculative decoding --------------------------------------------------------------------------
+
+@dataclass
+class SpecStats:
+    """Figures of the speculative loop, kept across requests for status and benchmarks."""
+
+    steps: int = 0  # verification passes (each emits at least one token)
+    plain_steps: int = 0  # steps taken without drafts (nothing drafted, or backed off)
+    tokens: int = 0
+    drafts: "object" = None  # DraftStats
+    head_hits: list = None  # per head: times its top-1 was the greedy token
+    head_tries: list = None
+
+    def __post_init__(self):
+        from .drafts import DraftStats
+
+        self.drafts = DraftStats()
+        self.head_hits, self.head_tries = [], []
+
+    def record_heads(self, top1: list[int], truth: list[int]) -> None:
+        for d in range(min(len(top1), len(truth))):
+            while len(self.head_hits) <= d:
+                self.head_hits.append(0)
+                self.head_tries.append(0)
+            self.head_tries[d] += 1
+            self.head_hits[d] += int(top1[d] == truth[d])
+
+    def to_json(self) -> dict:
+        verify_steps = self.steps - self.plain_steps
+        return {
+            "steps": self.steps, "plain_steps": self.plain_steps, "tokens": self.tokens,
+            "tokens_per_step": round(self.tokens / self.steps, 3) if self.steps else 0.0,
+            "sources": self.drafts.to_json(),
+            "head_accuracy": [round(h / t, 4) if t else 0.0 for h, t in zip(self.head_hits, self.head_tries)],
+            "verify_steps": verify_steps,
+        }
+
+
+class DraftController:
+    """Adapts the tree size to recent acceptance and backs off to plain decoding when drafts keep
+    failing, since a verification pass that accepts nothing costs more than a plain step."""
+
+    def __init__(self, max_nodes: int = 24, min_nodes: int = 4, patience: int = 4, backoff: int = 8):
+        self.max_nodes, self.min_nodes = max_nodes, min_nodes
+        self.nodes = max_nodes
+        self.patience, self.backoff = patience, backoff
+        self.misses = 0
+        self.plain_left = 0
+
+    def use_drafts(self) -> bool:
+        if self.plain_left > 0:
+            self.plain_left -= 1
+            return False
+        return True
+
+    def update(self, accepted_drafts: int) -> None:
+        if accepted_drafts == 0:
+            self.misses += 1
+            self.nodes = max(self.min_nodes, self.nodes // 2)
+            if self.misses >= self.patience:
+                self.plain_left, self.misses = self.backoff, 0
+        else:
+            self.misses = 0
+            self.nodes = min(self.max_nodes, self.nodes + 4 * accepted_drafts)
+
+    def reset(self) -> None:
+        self.nodes, self.misses, self.plain_left = self.max_nodes, 0, 0
+
+
+def logits_from_hidden(model, hidden: torch.Tensor) -> torch.Tensor:
+    # Only the argmax matters here; models with a final logit scale or soft-cap apply a monotonic
+    # function, which leaves it unchanged.
+    return model.get_output_embeddings()(hidden)
+
+
+@torch.inference_mode()
+def speculative_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids: set[int],
+                       prompt_cache: PromptCache, drafters: list, controller: DraftController,
+                       stats: SpecStats, cancel: threading.Event | None = None,
+                       lookahead=None, heads_drafter=None) -> Iterator[int]:
+    """Greedy decoding that verifies a tree of drafted tokens per forward pass.
+
+    Yields exactly the tokens `greedy_tokens` would; only the number of forward passes differs.
+    """
+    from .drafts import DraftState
+    from .verify import accept_longest_path, build_tree, tree_attention_mask
+
+    if max_new_tokens <= 0:
+        return
+    device = next(model.parameters()).device
+    hidden_last, logits = prompt_cache.prefill_hidden(model, input_ids)
+    context = list(input_ids)
+    produced = 0
+    controller.reset()
+    while True:
+        if cancel is not None and cancel.is_set():
+            return
+        root = int(torch.argmax(logits))
+        remaining = max_new_tokens - produced
+        if root in eos_ids or remaining == 1:
+            stats.steps += 1
+            stats.plain_steps += 1
+            stats.tokens += 1
+            yield root
+            return
+        state = DraftState(context + [root], hidden_last, len(input_ids), max_len=remaining - 1)
+        candidates = []
+        if controller.use_drafts():
+            for drafter in drafters:
+                candidates.extend(drafter.propose(state))
+        tree = build_tree(root, candidates, max_nodes=controller.nodes + 1, max_depth=remaining - 1)
+        past = kv.cached_length(prompt_cache.cache)
+        ids = torch.tensor([tree.tokens], device=device)
+        if len(tree) == 1:
+            hidden = kv.forward_hidden(model, ids, prompt_cache.cache)
+        else:
+            positions = torch.tensor([[past + d for d in tree.depths]], device=device)
+            mask = tree_attention_mask(tree, past, hidden_last.dtype, device)
+            hidden = kv.forward_hidden(model, ids, prompt_cache.cache, attention_mask=mask, position_ids=positions)
+        step_logits = logits_from_hidden(model, hidden[0])  # (N, V)
+        greedy_next = step_logits.argmax(dim=-1).tolist()
+        path = accept_longest_path(tree, greedy_next)
+        if len(tree) > 1:
+            kv.keep_positions(prompt_cache.cache, past, [past + i for i in path])
+        accepted = [tree.tokens[i] for i in path]
+        stats.steps += 1
+        stats.plain_steps += int(len(tree) == 1)
+        for i in path[1:]:
+            stats.drafts.add(tree.sources[i], accepted=1)
+        for i in range(1, len(tree)):
+            stats.drafts.add(tree.sources[i], drafted=1)
+        if heads_drafter is not None and len(tree) > 1:
+            stats.record_heads(heads_drafter.last_top1, accepted[1:] + [greedy_next[path[-1]]])
+            if lookahead is not None and heads_drafter.last_confident:
+                lookahead.remember_confident(context[-3:] + [root], heads_drafter.last_confident)
+        if len(tree) > 1:
+            controller.update(len(path) - 1)
+        context.extend(accepted)
+        prompt_cache.tokens = list(context)
+        for token in accepted:
+            produced += 1
+            stats.tokens += 1
+            yield token
+            if token in eos_ids or produced >= max_new_tokens:
+                return
+        logits = step_logits[path[-1]]
+        hidden_last = hidden[0, path[-1]]

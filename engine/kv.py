@@ -71,3 +71,33 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def keep_positions(cache, keep: int, extra: list[int]) -> None:
+    """Compact the cache to its first `keep` positions followed by positions `extra` (in order).
+
+    After verifying a draft tree the cache holds every tree node; only the accepted path stays.
+    """
+    index = None
+    for layer in cache.layers:
+        if index is None:
+            index = torch.tensor(list(range(keep)) + extra, device=layer.keys.device)
+        layer.keys = layer.keys.index_select(-2, index)
+        layer.values = layer.values.index_select(-2, index)
+
+
+def forward_hidden(model, input_ids: torch.Tensor, cache, *, attention_mask: torch.Tensor | None = None,
+                   position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """The base model's last hidden state (1, T, H) for `input_ids` appended to `cache`.
+
+    Speculative decoding needs the hidden state (for the draft heads) as well as the logits, so it
+    runs the decoder and the lm_head separately instead of asking for every layer's output.
+    """
+    start = cached_length(cache)
+    if position_ids is None:
+        position_ids = torch.arange(start, start + input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+    kwargs = {cache_argument_name(model.base_model): cache}
+    if attention_mask is not None:
+        kwargs["attention_mask"] = attention_mask
+    out = model.base_model(input_ids=input_ids, position_ids=position_ids, use_cache=True, **kwargs)
+    return out.last_hidden_state

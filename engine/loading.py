@@ -14,6 +14,9 @@ from pathlib import Path
 import torch
 
 from . import decode
+from .drafts.heads import DraftHeads, HeadDrafter
+from .drafts.lookahead import LookaheadCache
+from .drafts.ngram import NgramDrafter
 from .fim import FimTemplate, detect_template, end_token_ids, render_ids
 from .request import Completion, CompletionRequest, StopRule
 
@@ -111,7 +114,7 @@ def _load_pretrained(source: str, local: bool, dtype: torch.dtype):
 class Engine:
     """A loaded model and tokenizer, with the decoding loops and request statistics."""
 
-    def __init__(self, model, tokenizer, device: torch.device, name: str):
+    def __init__(self, model, tokenizer, device: torch.device, name: str, model_dir: str | None = None):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = device
@@ -121,6 +124,16 @@ class Engine:
         self.eos_ids = self._eos_ids()
         self.end_ids = self.eos_ids | end_token_ids(self.fim, self.vocab)
         self.prompt_cache = decode.PromptCache()
+        self.speculative = True  # default for stream(); generate() takes it per call
+        self.heads = DraftHeads.load(Path(model_dir)) if model_dir else None
+        if self.heads is not None:
+            self.heads.to(device=device, dtype=self.dtype)
+        self.heads_drafter = (HeadDrafter(self.heads, model.get_output_embeddings())
+                              if self.heads is not None else None)
+        self.lookahead = LookaheadCache()
+        self.drafters = [d for d in (self.heads_drafter, NgramDrafter(), self.lookahead) if d is not None]
+        self.controller = decode.DraftController()
+        self.spec_stats = decode.SpecStats()
         self._lock = threading.Lock()  # one model, one decoding loop at a time
         self.latencies_ms: deque[float] = deque(maxlen=200)
         self.requests = 0
@@ -167,8 +180,18 @@ class Engine:
         if not input_ids:
             raise ValueError("input_ids is empty: give at least one prompt token")
         with self._lock:
-            return list(decode.greedy_tokens(self.model, list(input_ids), max_new_tokens, self.eos_ids,
-                                             self.prompt_cache))
+            return list(self._tokens(list(input_ids), max_new_tokens, self.eos_ids, None, speculative))
+
+    # Below this many new tokens a verification pass cannot pay for itself.
+    MIN_SPECULATIVE_TOKENS = 3
+
+    def _tokens(self, input_ids: list[int], max_new_tokens: int, end_ids: set[int], cancel,
+                speculative: bool) -> Iterator[int]:
+        if speculative and max_new_tokens >= self.MIN_SPECULATIVE_TOKENS:
+            return decode.speculative_tokens(self.model, input_ids, max_new_tokens, end_ids, self.prompt_cache,
+                                             self.drafters, self.controller, self.spec_stats, cancel,
+                                             self.lookahead, self.heads_drafter)
+        return decode.greedy_tokens(self.model, input_ids, max_new_tokens, end_ids, self.prompt_cache, cancel)
 
     def stream(self, request: CompletionRequest, result: dict | None = None) -> Iterator[str]:
         """Text pieces as tokens are accepted. If `result` is given it receives the Completion."""
@@ -177,12 +200,13 @@ class Engine:
         state = decode.StreamState()
         first_ms = None
         with self._lock:
-            tokens = decode.greedy_tokens(self.model, ids, request.max_new_tokens, self.end_ids,
-                                          self.prompt_cache, request.cancel)
+            tokens = self._tokens(ids, request.max_new_tokens, self.end_ids, request.cancel, self.speculative)
             for piece in decode.stream_text(tokens, self.decode, request.stop, self.end_ids, state):
                 if first_ms is None:
                     first_ms = (time.perf_counter() - start) * 1000
                 yield piece
+            # Across requests: the next keystroke often types the start of this suggestion.
+            self.lookahead.remember(ids[-32:] + self.encode(state.text))
         latency = (time.perf_counter() - start) * 1000
         if request.cancel.is_set():
             state.stop_reason = "cancelled"
@@ -220,6 +244,8 @@ class Engine:
                 "p50": round(lat[len(lat) // 2], 2) if lat else None,
                 "p95": round(lat[min(len(lat) - 1, int(len(lat) * 0.95))], 2) if lat else None,
             },
+            "speculative": {"enabled": self.speculative, "heads": self.heads is not None,
+                            **self.spec_stats.to_json()},
             "cache": {
                 "prompt_tokens": pc.prompt_tokens,
                 "reused_tokens": pc.reused_tokens,
@@ -238,4 +264,4 @@ def load_engine(model: str | None = None, device: str | None = None, dtype: str 
         torch.set_num_threads(cpu_threads(hf_model))
     name = "default" if model is None else model
     log.info("loaded %s on %s (%s)", name, torch_device, torch_dtype)
-    return Engine(hf_model, tokenizer, torch_device, name)
+    return Engine(hf_model, tokenizer, torch_device, name, source if local else None)

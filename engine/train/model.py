@@ -202,7 +202,7 @@ def evaluate(model, windows: torch.Tensor, batch_size: int = 8, autocast: bool =
 @dataclass
 class TrainConfig:
     seq_len: int = 1024  # tokens per training window
-    batch_size: int = 16  # windows per optimizer step
+    batch_size: int = 8  # windows per optimizer step
     tokens: int = 20_000_000  # total training tokens; sets the number of steps and the LR schedule
     lr: float = 2e-3  # peak learning rate (AdamW)
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
@@ -217,16 +217,20 @@ class TrainConfig:
     eval_tokens: int = 60_000  # held-out tokens for the quick evaluations
     checkpoint_every: int = 100  # steps between checkpoints
     bf16: bool = True  # bf16 autocast (CPU)
-    max_minutes: float = 0.0  # stop early (with a checkpoint) after this much wall time; 0 = no limit
+    max_minutes: float = 0.0  # wall-clock budget: the LR decays to its floor and training stops by then; 0 = none
 
     def steps(self) -> int:
         return max(1, self.tokens // (self.batch_size * self.seq_len))
 
 
-def lr_at(step: int, cfg: TrainConfig) -> float:
+def lr_at(step: int, cfg: TrainConfig, elapsed_s: float = 0.0) -> float:
+    """Linear warmup, then cosine decay. With a wall-clock budget the decay follows whichever of
+    step progress and time progress is further, so a run cut by time still ends fully decayed."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
     progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps() - cfg.warmup_steps))
+    if cfg.max_minutes:
+        progress = max(progress, min(1.0, elapsed_s / (cfg.max_minutes * 60)))
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
@@ -253,12 +257,15 @@ class RunState:
 
 
 def train(model, tokenizer, train_texts: list[str], val_windows: torch.Tensor, state: RunState,
-          optimizer: torch.optim.Optimizer, save_checkpoint: Callable[[], None], log: Callable[[str], None]) -> None:
-    """The training loop. Resumes at `state.step`: the data of an epoch depends only on (seed, epoch)."""
+          optimizer: torch.optim.Optimizer, save_checkpoint: Callable[[], None], log: Callable[[str], None],
+          stop_at_step: int | None = None) -> None:
+    """The training loop. Resumes at `state.step`: the data of an epoch depends only on (seed, epoch).
+    `stop_at_step` pauses the run there (with a checkpoint), to be resumed later."""
     from tqdm import tqdm
 
     cfg = state.train_config
     total_steps = cfg.steps()
+    last_step = min(total_steps, stop_at_step or total_steps)
     windows_cache: dict[int, torch.Tensor] = {}
 
     def windows_of(epoch: int) -> torch.Tensor:
@@ -276,14 +283,14 @@ def train(model, tokenizer, train_texts: list[str], val_windows: torch.Tensor, s
                mininterval=2.0)
     tokens_per_step = cfg.batch_size * cfg.seq_len
     window_t0, window_step0 = time.time(), state.step
-    while state.step < total_steps:
+    while state.step < last_step:
         epoch, index = divmod(state.step, steps_per_epoch)
         data = windows_of(epoch)
         rows = torch.arange(index * cfg.batch_size, (index + 1) * cfg.batch_size) % len(data)
         batch = data[rows]  # (B, T+1)
         x, y = batch[:, :-1], batch[:, 1:]  # (B, T)
 
-        lr = lr_at(state.step, cfg)
+        lr = lr_at(state.step, cfg, state.train_seconds)
         for group in optimizer.param_groups:
             group["lr"] = lr
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
@@ -310,10 +317,10 @@ def train(model, tokenizer, train_texts: list[str], val_windows: torch.Tensor, s
                                   "accuracy": round(result.accuracy, 4)})
             log(f"eval step {state.step}: held-out loss {result.loss:.4f} top-1 {result.accuracy:.4f}")
         out_of_time = cfg.max_minutes and state.train_seconds > cfg.max_minutes * 60
-        if state.step % cfg.checkpoint_every == 0 or state.step == total_steps or out_of_time:
+        if state.step % cfg.checkpoint_every == 0 or state.step == last_step or out_of_time:
             save_checkpoint()
         if out_of_time:
-            log(f"stopping at step {state.step}: --max-minutes {cfg.max_minutes} reached")
+            log(f"stopping at step {state.step}: the {cfg.max_minutes:g}-minute budget is spent")
             break
     bar.close()
 

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int, default=20_000_000, help="training tokens (default 20M)")
     parser.add_argument("--steps", type=int, help="optimizer steps (overrides --tokens)")
     parser.add_argument("--seq-len", type=int, default=1024, help="tokens per training window (default 1024)")
-    parser.add_argument("--batch", type=int, default=16, help="windows per step (default 16)")
+    parser.add_argument("--batch", type=int, default=8, help="windows per step (default 8)")
     parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (default 2e-3)")
     parser.add_argument("--warmup", type=int, default=100, help="warmup steps (default 100)")
     parser.add_argument("--seed", type=int, default=1337)
@@ -41,11 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-every", type=int, default=200, help="steps between quick held-out evaluations")
     parser.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints")
     parser.add_argument("--max-minutes", type=float, default=0.0,
-                        help="stop training (and checkpoint) after this much wall time; 0 = no limit")
+                        help="wall-clock budget: the cosine LR schedule follows step or time progress, whichever "
+                        "is further, and training stops (with a checkpoint) when it is spent; 0 = none")
     parser.add_argument("--final-eval-tokens", type=int, default=400_000, help="cap on tokens per final evaluation")
     parser.add_argument("--eval-corpus", action="append", metavar="DIR",
                         help="extra folder to report held-out loss/accuracy on at export; repeatable")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
+    parser.add_argument("--stop-at-step", type=int, help="pause at this step (checkpoint, no export); resume later")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint exactly")
     parser.add_argument("--export-only", action="store_true",
                         help="export the latest checkpoint without training further")
@@ -128,7 +130,11 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.export_only:
         M.train(model, tokenizer, [f.text for f in corpus.train], val_windows, state, optimizer,
-                save_checkpoint=lambda: M.save_checkpoint(checkpoint_dir, model, optimizer, state), log=log)
+                save_checkpoint=lambda: M.save_checkpoint(checkpoint_dir, model, optimizer, state), log=log,
+                stop_at_step=args.stop_at_step)
+        if state.step < cfg.steps() and args.stop_at_step and state.step >= args.stop_at_step:
+            print(f"paused at step {state.step}; continue with --resume", file=sys.stderr)
+            return 0
 
     final: dict[str, M.HeldOut] = {}
     final["validation (all sources)"] = M.evaluate(model, val_windows[: max(1, args.final_eval_tokens // (cfg.seq_len + 1))],

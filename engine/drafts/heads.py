@@ -1,0 +1,117 @@
+"""Auxiliary draft heads (Medusa-style) on the base model's last hidden state.
+
+Head k (k = 1..K) guesses the token k positions after the one the base model's lm_head predicts:
+a residual block (zero-initialised, so it starts as the identity) followed by the base model's own,
+frozen lm_head. Saved beside the model as draft_heads.safetensors + draft_heads.json.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..verify import Candidate
+from . import DraftState
+
+WEIGHTS_FILE = "draft_heads.safetensors"
+CONFIG_FILE = "draft_heads.json"
+
+
+@dataclass
+class HeadsConfig:
+    hidden_size: int  # the base model's hidden size
+    num_heads: int = 4  # K: head k guesses token t+1+k
+    num_layers: int = 1  # residual blocks per head
+
+
+class ResBlock(nn.Module):
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.linear = nn.Linear(hidden_size, hidden_size)
+        nn.init.zeros_(self.linear.weight)  # zero: the block starts as the identity
+        nn.init.zeros_(self.linear.bias)
+        self.act = nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.act(self.linear(x))
+
+
+class DraftHeads(nn.Module):
+    def __init__(self, config: HeadsConfig):
+        super().__init__()
+        self.config = config
+        # A comprehension, not [block] * K: each head needs its own weights.
+        self.heads = nn.ModuleList(
+            nn.Sequential(*[ResBlock(config.hidden_size) for _ in range(config.num_layers)])
+            for _ in range(config.num_heads))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., H) -> (K, ..., H): one transformed hidden state per head; apply lm_head for logits."""
+        return torch.stack([head(hidden) for head in self.heads])
+
+    def save(self, folder: Path) -> None:
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / WEIGHTS_FILE))
+        (folder / CONFIG_FILE).write_text(json.dumps(asdict(self.config), indent=2))
+
+    @classmethod
+    def load(cls, folder: Path) -> "DraftHeads | None":
+        from safetensors.torch import load_file
+
+        folder = Path(folder)
+        if not (folder / CONFIG_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
+            return None
+        heads = cls(HeadsConfig(**json.loads((folder / CONFIG_FILE).read_text())))
+        heads.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
+        return heads.eval()
+
+
+class HeadDrafter:
+    """Proposes the best paths through the heads' top-k guesses (a small beam over joint probability)."""
+
+    name = "heads"
+
+    def __init__(self, heads: DraftHeads, lm_head: nn.Module, top_k: tuple[int, ...] = (4, 3, 2, 2),
+                 beams: int = 6, confident: float = 0.8):
+        self.heads = heads
+        self.lm_head = lm_head
+        self.top_k = top_k
+        self.beams = beams
+        self.confident = confident  # probability above which a guess goes to the lookahead cache
+        self.last_confident: list[int] = []
+        self.last_top1: list[int] = []
+
+    @torch.inference_mode()
+    def guesses(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k probabilities and tokens per head: (K, k) each, k = max(top_k)."""
+        logits = self.lm_head(self.heads(hidden.to(self.lm_head.weight.dtype)))  # (K, V)
+        probs = torch.softmax(logits.float(), dim=-1)
+        return torch.topk(probs, max(self.top_k), dim=-1)
+
+    def propose(self, state: DraftState) -> list[Candidate]:
+        if state.hidden is None:
+            return []
+        probs, tokens = self.guesses(state.hidden)
+        depth = min(len(self.top_k), probs.shape[0], state.max_len)
+        probs, tokens = probs.tolist(), tokens.tolist()
+        self.last_top1 = [tokens[d][0] for d in range(probs and len(probs) or 0)]
+        confident = []
+        for d in range(len(probs)):
+            if probs[d][0] < self.confident:
+                break
+            confident.append(tokens[d][0])
+        self.last_confident = confident
+        beams: list[tuple[float, list[int]]] = [(1.0, [])]
+        for d in range(depth):
+            grown = [(p * probs[d][j], seq + [tokens[d][j]]) for p, seq in beams for j in range(self.top_k[d])]
+            beams = sorted(grown, key=lambda b: -b[0])[: self.beams]
+        return [Candidate(seq, self.name, score=p) for p, seq in beams]
+
+    def observe(self, state: DraftState, accepted: list[int]) -> None:
+        pass

@@ -1,0 +1,82 @@
+"""Verification of a draft tree in one forward pass: tree mask, longest greedy path, statistics.
+
+The tree's root is the token plain greedy decoding produces next (certain); every other node is a
+drafted guess. One forward pass over all nodes, each seeing only its ancestors, gives the base
+model's greedy choice after every node; the accepted path follows those choices as far as the tree
+has them. The result is exactly what plain greedy decoding would have produced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Candidate:
+    tokens: list[int]  # a guessed continuation after the root token
+    source: str  # "heads", "ngram", "lookahead"
+    score: float = 1.0  # higher first when the tree is full
+
+
+@dataclass
+class DraftTree:
+    tokens: list[int] = field(default_factory=list)  # node 0 is the root
+    parents: list[int] = field(default_factory=list)  # -1 for the root
+    depths: list[int] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    children: list[dict[int, int]] = field(default_factory=list)  # token -> child node
+
+    def add(self, token: int, parent: int, source: str) -> int:
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.depths.append(0 if parent < 0 else self.depths[parent] + 1)
+        self.sources.append(source)
+        self.children.append({})
+        node = len(self.tokens) - 1
+        if parent >= 0:
+            self.children[parent][token] = node
+        return node
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def build_tree(root: int, candidates: list[Candidate], max_nodes: int, max_depth: int) -> DraftTree:
+    """Merge candidate continuations into one tree under `root`, best candidates first."""
+    tree = DraftTree()
+    tree.add(root, -1, "greedy")
+    for cand in sorted(candidates, key=lambda c: -c.score):
+        node = 0
+        for token in cand.tokens[:max_depth]:
+            child = tree.children[node].get(token)
+            if child is None:
+                if len(tree) >= max_nodes:
+                    break
+                child = tree.add(token, node, cand.source)
+            node = child
+    return tree
+
+
+def tree_attention_mask(tree: DraftTree, past: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """Additive mask (1, 1, N, past + N): every node sees the cached past, its ancestors and itself."""
+    n = len(tree)
+    blocked = torch.finfo(dtype).min
+    mask = torch.full((n, past + n), blocked, dtype=dtype, device=device)
+    mask[:, :past] = 0
+    for node in range(n):
+        a = node
+        while a >= 0:
+            mask[node, past + a] = 0
+            a = tree.parents[a]
+    return mask[None, None]
+
+
+def accept_longest_path(tree: DraftTree, greedy_next: list[int]) -> list[int]:
+    """Node indices of the accepted path: from the root, follow the child equal to the base model's
+    greedy choice at each node for as long as the tree has one."""
+    path = [0]
+    while (child := tree.children[path[-1]].get(greedy_next[path[-1]])) is not None:
+        path.append(child)
+    return path

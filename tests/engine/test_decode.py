@@ -1,0 +1,80 @@
+"""The speculative loop returns exactly the plain greedy tokens, in float32, on many prompts."""
+
+import pytest
+import torch
+
+from memosight.engine import load_engine
+from memosight.engine.drafts.heads import DraftHeads, HeadDrafter, HeadsConfig
+
+PROMPTS = [
+    "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return",
+    "class Item:\n    def __init__(self, name):\n        self.name = name\n        self.",
+    "import os\nimport sys\nimport os\n",
+    "for i in range(10):\n    for j in range(10):\n        for",
+    "x = [1, 2, 3]\ny = [1, 2, 3]\nz = [1, 2,",
+    "",
+    "self.items[name] = self.items[name] + self.items[",
+]
+
+
+def with_random_heads(engine, seed: int = 0):
+    """Heads with random (non-identity) weights, so the trees hold many wrong guesses as well."""
+    torch.manual_seed(seed)
+    heads = DraftHeads(HeadsConfig(engine.model.config.hidden_size, num_heads=4))
+    for p in heads.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    engine.heads = heads.eval()
+    engine.heads_drafter = HeadDrafter(heads, engine.model.get_output_embeddings())
+    engine.drafters = [engine.heads_drafter, *engine.drafters]
+    return engine
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+def test_speculative_equals_plain_greedy(tiny_models, arch):
+    engine = with_random_heads(load_engine(str(tiny_models[arch]), device="cpu"))
+    for prompt in PROMPTS:
+        ids = engine.prompt_ids(prompt, "\n    return total\n")
+        for limit in (1, 2, 5, 40):
+            plain = engine.generate(ids, limit, speculative=False)
+            assert engine.generate(ids, limit, speculative=True) == plain, (prompt, limit)
+    stats = engine.spec_stats.to_json()
+    assert stats["steps"] > 0 and stats["sources"]["heads"]["drafted"] > 0
+
+
+def test_eos_inside_an_accepted_draft_ends_generation(repeater_model_dir):
+    engine = load_engine(str(repeater_model_dir), device="cpu")
+    ids = engine.encode("x = 1\n")
+    # The repeater emits "x" forever; make "x" an end token so the very first token is EOS.
+    x = engine.encode("x")[0]
+    engine.eos_ids = {x}
+    assert engine.generate(ids, 30) == [x] == engine.generate(ids, 30, speculative=False)
+
+
+def test_drafts_are_accepted_many_tokens_per_step(repeater_model_dir):
+    engine = load_engine(str(repeater_model_dir), device="cpu")
+    ids = engine.encode("xxxxxxxxxxxx = 1\n")
+    out = engine.generate(ids, 60)
+    assert out == engine.generate(ids, 60, speculative=False)
+    stats = engine.spec_stats.to_json()
+    assert stats["tokens_per_step"] > 3  # n-gram drafts of "xxx..." are right every time
+    assert stats["sources"]["ngram"]["accepted"] > 0
+
+
+def test_drafts_longer_than_the_limit_are_cut(repeater_model_dir):
+    engine = load_engine(str(repeater_model_dir), device="cpu")
+    ids = engine.encode("xxxxxxxxxxxxxxxxxxxxxxxx")
+    for limit in (3, 4, 7):
+        assert len(engine.generate(ids, limit)) == limit
+
+
+def test_cache_is_compacted_to_the_accepted_path(tiny_model_dir):
+    engine = with_random_heads(load_engine(str(tiny_model_dir), device="cpu"))
+    ids = engine.prompt_ids(PROMPTS[0], "")
+    out = engine.generate(ids, 20)
+    cache = engine.prompt_cache
+    assert len(cache.tokens) == cache.cache.get_seq_length()
+    assert cache.tokens[: len(ids)] == ids and cache.tokens[len(ids):] == out[: len(cache.tokens) - len(ids)]
+    # And the cache is right, not just the right length: continuing from it matches a fresh run.
+    fresh = load_engine(str(tiny_model_dir), device="cpu")
+    longer = ids + out
+    assert engine.generate(longer, 10, speculative=False) == fresh.generate(longer, 10, speculative=False)
