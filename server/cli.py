@@ -16,6 +16,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("context",): ("memosight.server.commands.context", "show the packed context for FILE:LINE:COL"),
     ("bench", "quality"): ("memosight.engine.bench.quality", "held-out loss, next-token accuracy, next-line exact match"),
     ("train", "model"): ("memosight.engine.train.run_model", "train the base code model (FIM objective)"),
+    ("train", "heads"): ("memosight.engine.train.run_heads", "train the draft heads of a model (base frozen)"),
 }
 
 

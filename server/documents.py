@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import threading
 from urllib.parse import unquote, urlparse
 from dataclasses import dataclass, field
 
@@ -24,10 +25,31 @@ class TextEdit:
     start: int
     old_end: int
     new_end: int
+    start_byte: int = 0  # UTF-8 byte offsets, as tree-sitter counts
+    old_end_byte: int = 0
+    new_end_byte: int = 0
+    start_point: tuple[int, int] = (0, 0)  # (row, byte column); rows end at "\n" only, as in tree-sitter
+    old_end_point: tuple[int, int] = (0, 0)
+    new_end_point: tuple[int, int] = (0, 0)
 
 
 def utf16_len(text: str) -> int:
     return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def _encode(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _byte_offset(text: str, offset: int) -> int:
+    return offset if text.isascii() else len(_encode(text[:offset]))
+
+
+def _point(text: str, offset: int) -> tuple[int, int]:
+    """tree-sitter's (row, byte column) of a string offset."""
+    row = text.count("\n", 0, offset)
+    line_start = text.rfind("\n", 0, offset) + 1
+    return row, len(_encode(text[line_start:offset]))
 
 
 def _utf16_to_index(line: str, units: int) -> int:
@@ -52,6 +74,10 @@ class Document:
     language: str = ""
     version: int = 0
     _line_starts: list[int] | None = field(default=None, repr=False)
+    # tree-sitter: the last tree (edited to match `text` when stale) and whether it needs a re-parse
+    _tree: object | None = field(default=None, repr=False)
+    _tree_stale: bool = field(default=False, repr=False)
+    _tree_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def path(self) -> str:
@@ -101,17 +127,51 @@ class Document:
 
     def apply_change(self, text: str, start: Position | None = None, end: Position | None = None) -> TextEdit:
         """Replace the range [start, end) by `text`; no range replaces the whole document."""
+        old = self.text
         if start is None or end is None:
-            old_len = len(self.text)
-            self.text = text
+            a, b = 0, len(old)
+        else:
+            a, b = self.offset_at(start), self.offset_at(end)
+            if b < a:
+                a, b = b, a
+        new = old[:a] + text + old[b:]
+        start_byte = _byte_offset(old, a)
+        edit = TextEdit(a, b, a + len(text), start_byte, start_byte + len(_encode(old[a:b])),
+                        start_byte + len(_encode(text)), _point(old, a), _point(old, b), _point(new, a + len(text)))
+        with self._tree_lock:
+            self.text = new
             self._line_starts = None
-            return TextEdit(0, old_len, len(text))
-        a, b = self.offset_at(start), self.offset_at(end)
-        if b < a:
-            a, b = b, a
-        self.text = self.text[:a] + text + self.text[b:]
-        self._line_starts = None
-        return TextEdit(a, b, a + len(text))
+            if self._tree is not None:
+                if start is None or end is None:
+                    self._tree = None  # a whole-document replacement: parse afresh
+                else:
+                    self._tree.edit(edit.start_byte, edit.old_end_byte, edit.new_end_byte,
+                                    edit.start_point, edit.old_end_point, edit.new_end_point)
+                    self._tree_stale = True
+        return edit
+
+    # --- syntax tree ----------------------------------------------------------------------------
+
+    def snapshot(self) -> tuple[str, object | None]:
+        """The text and its tree-sitter tree (None for languages without a grammar), consistent with
+        each other. The tree is parsed lazily and incrementally: edits since the last parse were
+        applied to the old tree (tree.edit), and the parser reuses its unchanged parts."""
+        with self._tree_lock:
+            if self._tree is None or self._tree_stale:
+                from .context.languages import parser_for
+
+                parser = parser_for(self.language)
+                if parser is None:
+                    return self.text, None
+                self._tree = parser.parse(_encode(self.text), self._tree) if self._tree is not None \
+                    else parser.parse(_encode(self.text))
+                self._tree_stale = False
+            return self.text, self._tree
+
+    @property
+    def tree(self):
+        """The current tree-sitter tree, or None for languages without a grammar."""
+        return self.snapshot()[1]
 
     @property
     def too_large(self) -> bool:

@@ -1,0 +1,42 @@
+import json
+import shutil
+
+import torch
+
+from memosight.engine import load_engine
+from memosight.engine.drafts.heads import DraftHeads, HeadsConfig
+from memosight.server.cli import main
+
+from pathlib import Path
+
+SAMPLE_CODE = (Path(__file__).parents[2] / "data" / "sample.py").read_text()
+
+
+def test_blocks_are_separate_modules_and_start_as_identity():
+    heads = DraftHeads(HeadsConfig(hidden_size=8, num_heads=3, num_layers=2))
+    blocks = [b for head in heads.heads for b in head]
+    assert len({id(b) for b in blocks}) == 6
+    x = torch.randn(2, 8)
+    assert torch.equal(heads(x), torch.stack([x, x, x]))
+
+
+def test_train_heads_runs_resumes_and_ships_beside_the_model(tmp_path, tiny_model_dir):
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model_dir)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(4):
+        (corpus / f"m{i}.py").write_text(SAMPLE_CODE.replace("Item", f"Item{i}"))
+    common = ["train", "heads", "--model", str(model_dir), "--corpus", str(corpus), "--out", str(tmp_path / "run"),
+              "--seq-len", "64", "--batch", "2", "--heads", "3", "--checkpoint-every", "2"]
+    assert main(common + ["--steps", "2"]) == 0
+    first = torch.load(tmp_path / "run" / "heads_state.pt", weights_only=False)["state"]
+    assert first["step"] == 2
+    assert main(common + ["--steps", "4", "--resume"]) == 0
+    report = json.loads((tmp_path / "run" / "heads_report.json").read_text())
+    assert report["steps"] == 4 and len(report["heads"]) == 3
+    assert all(0.0 <= h["top1"] <= h["top3"] <= 1.0 for h in report["heads"])
+    engine = load_engine(str(model_dir), device="cpu")
+    assert engine.heads is not None and engine.heads.config.num_heads == 3
+    ids = engine.prompt_ids("def add(a, b):\n    return", "")
+    assert engine.generate(ids, 12) == engine.generate(ids, 12, speculative=False)
