@@ -137,6 +137,14 @@ co = coroutine.create(function()
   until out.status.requests.accepted >= 1 or vim.uv.hrtime() > deadline
   note("status: accepted=" .. out.status.requests.accepted)
 
+  -- Typing on asks for a new suggestion; <C-]> dismisses it.
+  vim.api.nvim_input(" ")
+  out.second_ghost = wait_for("a second ghost text", 20000, function() return ghost_text(buf) end)
+  vim.api.nvim_input("<C-]>")
+  wait_for("the dismissed ghost text to disappear", 10000, function() return not ghost_text(buf) end)
+  out.line_after_dismiss = vim.api.nvim_get_current_line()
+  note("dismissed")
+
   vim.cmd("MemoSightStatus")
   wait_for(":MemoSightStatus output", 20000, function()
     return out.notifications[#out.notifications]:find("accepted", 1, true)
@@ -206,6 +214,8 @@ def test_inline_completion_is_shown_accepted_and_counted(tmp_path, repeater_mode
     assert out["line_after"] == "    return " + suggestion
     assert out["cursor"] == [3, len("    return " + suggestion)]  # the cursor ends after the insertion
     requests = out["status"]["requests"]
+    assert out["second_ghost"] == suggestion
+    assert out["line_after_dismiss"] == "    return " + suggestion + " "  # dismissing inserts nothing
     assert requests["accepted"] == 1
     assert requests["accepted_chars"] == len(suggestion)
     assert out["status"]["state"] == "ready"

@@ -1,0 +1,337 @@
+"""Regions of a source file and their scores: what deserves a place in the model's token budget.
+
+A file is cut into units (spans of whole lines, each line in exactly one unit): the signature of a
+definition, its docstring and leading comments, chunks of its body, import statements, top-level
+code and comments. Units are scored for a cursor with the WEIGHTS table below; packing.py picks
+the best-scoring units that fit the budget and renders them in file order.
+
+Analyses are cached by xxhash of the content, so an unchanged file (another open document, the part
+of the current one outside the function being edited) is never re-analysed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import xxhash
+
+from . import languages
+
+# --- the one table to tune ----------------------------------------------------------------------
+# Scores are comparable across kinds: the packer takes units by descending score while they fit.
+WEIGHTS = {
+    # the definitions enclosing the cursor (class and function): their signatures always
+    "enclosing_signature": 10.0,
+    "enclosing_docstring": 5.0,   # docstring / leading comments of an enclosing definition
+    "enclosing_body": 2.0,        # enclosing function body above the near window (times proximity)
+    # definitions of the symbols used near the cursor, in this file
+    "used_signature": 4.0,
+    "used_docstring": 2.2,        # docstrings and leading comments attached to them
+    "used_variable": 3.5,         # constants, types, structs: kept whole
+    "used_body": 0.9,             # bodies only if budget remains
+    # ... and in the other open documents of the same language (signatures first)
+    "other_signature": 3.0,
+    "other_docstring": 1.5,
+    "other_variable": 2.8,
+    "other_body": 0.5,
+    # imports: kept when a symbol near the cursor comes from them
+    "import_used": 3.0,
+    "import_unused": 0.05,
+    # everything else, by distance from the cursor (times proximity)
+    "nearby_code": 1.5,           # code and comments above/below the near window
+    "far_code": 0.1,              # floor for code anywhere in the file
+}
+PROXIMITY_LINES = 25.0  # proximity = exp(-distance_in_lines / PROXIMITY_LINES)
+BODY_CHUNK_LINES = 8  # bodies and top-level code are cut into chunks of at most this many lines
+USE_WINDOW_LINES = 40  # identifiers this close to the cursor (within its function) count as used
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass
+class Unit:
+    """A span of whole lines that is kept or elided as one piece."""
+
+    kind: str  # signature | docstring | body | variable | import | comment | code
+    rows: tuple[int, int]  # [start, end) 0-based rows; a signature may add its closing row
+    definition: int = -1  # index into FileAnalysis.definitions; -1 for top-level code
+    extra_rows: tuple[int, ...] = ()  # the closing `}` row of a signature
+    names: frozenset[str] = frozenset()  # identifiers an import brings in
+
+    def all_rows(self) -> list[int]:
+        return [*range(*self.rows), *self.extra_rows]
+
+
+@dataclass
+class Definition:
+    name: str
+    kind: str  # function | class | variable
+    start: int  # first row, wrappers (decorators, export) included
+    end: int  # last row, inclusive
+    parent: int  # enclosing definition index, -1 at top level
+    signature: int = -1  # unit index of its signature (or of the whole item for variables)
+    units: list[int] = field(default_factory=list)  # its docstring, leading comment and body units
+
+
+@dataclass
+class FileAnalysis:
+    lines: list[str]  # split on "\n", endings kept
+    units: list[Unit]
+    definitions: list[Definition]
+    symbols: dict[str, list[int]]  # name -> definition indices
+    imports: dict[str, list[int]]  # name -> import unit indices
+
+    def enclosing(self, row: int) -> list[int]:
+        """Definition indices containing `row`, outermost first."""
+        return [i for i, d in enumerate(self.definitions) if d.start <= row <= d.end]
+
+    def required(self, unit: int) -> list[int]:
+        """Units that must come with `unit` so its place in the structure shows: the signatures of
+        its definition and of the definitions around it."""
+        out = []
+        d = self.units[unit].definition
+        while d >= 0:
+            sig = self.definitions[d].signature
+            if sig != unit and sig >= 0:
+                out.append(sig)
+            d = self.definitions[d].parent
+        return out
+
+
+class LRU(OrderedDict):
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def get(self, key, default=None):
+        if key in self:
+            self.move_to_end(key)
+            return self[key]
+        return default
+
+    def put(self, key, value) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > self.size:
+            self.popitem(last=False)
+
+
+_analyses = LRU(16)
+
+
+def content_hash(text: str) -> int:
+    return xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))
+
+
+def analyze(text: str, tree, language_id: str) -> FileAnalysis:
+    """The units, definitions and symbol table of a file (cached by language and content hash)."""
+    key = (languages.GRAMMAR_FOR_LANGUAGE_ID.get(language_id, ""), content_hash(text))
+    cached = _analyses.get(key)
+    if cached is None:
+        cached = _analyze(text, tree, language_id)
+        _analyses.put(key, cached)
+    return cached
+
+
+def _inside_function(node, spec) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if parent.type in spec.function_types:
+            return True
+        parent = parent.parent
+    return False
+
+
+def _body_of(node, spec):
+    """The body of a function-like or container definition, or None (kept whole)."""
+    body = node.child_by_field_name("body")
+    if body is None and node.type in ("lexical_declaration", "variable_declaration") and node.named_child_count:
+        value = node.named_children[0].child_by_field_name("value")  # const f = () => { ... }
+        if value is not None and value.type in spec.function_types:
+            body = value.child_by_field_name("body")
+    return body
+
+
+def _analyze(text: str, tree, language_id: str) -> FileAnalysis:
+    lines = text.split("\n")
+    lines = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+    n = len(lines)
+    spec = languages.spec_for(language_id)
+    units: list[Unit] = []
+    definitions: list[Definition] = []
+    owner = [-1] * n
+    if tree is None or spec is None:
+        return FileAnalysis(lines, units, definitions, {}, {})
+
+    found = []  # (start, -end, kind, name, node)
+    imports, comment_rows, docstrings = [], set(), []
+    for match in languages.matches(language_id, tree.root_node):
+        for capture, nodes in match.items():
+            if capture.startswith("definition."):
+                node = nodes[0]
+                if _inside_function(node, spec):
+                    continue
+                outer = node.parent if node.parent is not None and node.parent.type in spec.wrappers else node
+                name_nodes = match.get("name") or []
+                name = name_nodes[0].text.decode("utf-8", "replace") if name_nodes else ""
+                found.append((outer.start_point[0], -outer.end_point[0], capture.split(".", 1)[1], name, node))
+            elif capture == "import":
+                for node in nodes:
+                    if not _inside_function(node, spec):
+                        imports.append(node)
+            elif capture == "comment":
+                for node in nodes:
+                    comment_rows.update(range(node.start_point[0], node.end_point[0] + 1))
+            elif capture == "docstring":
+                docstrings.extend(nodes)
+    found.sort(key=lambda f: (f[0], f[1]))
+
+    def new_unit(unit: Unit) -> int:
+        units.append(unit)
+        index = len(units) - 1
+        for row in unit.all_rows():
+            if 0 <= row < n:
+                owner[row] = index
+        return index
+
+    # Outer definitions first; inner ones then take over their rows.
+    stack: list[int] = []
+    body_rows: dict[int, tuple[int, int]] = {}
+    for start, neg_end, kind, name, node in found:
+        end = -neg_end
+        while stack and definitions[stack[-1]].end < start:
+            stack.pop()
+        parent = stack[-1] if stack else -1
+        index = len(definitions)
+        definitions.append(Definition(name, kind, start, end, parent))
+        body = _body_of(node, spec)
+        if kind == "variable" and body is not None:
+            kind = definitions[index].kind = "function"
+        if body is None or body.end_point[0] == body.start_point[0]:
+            definitions[index].signature = new_unit(Unit("variable" if kind == "variable" else "signature",
+                                                         (start, end + 1), index))
+        else:
+            # The header runs to the row before the body, or to the body's first row when the body
+            # starts mid-line (`fn f() {`) or on a row of its own opening brace.
+            body_start = body.start_point[0]
+            body_line = lines[body_start]
+            mid_line = body.start_point[1] > len(body_line) - len(body_line.lstrip())
+            header_end = body_start if mid_line or body_line.lstrip().startswith("{") else body_start - 1
+            header_end = max(header_end, start)
+            closing = ()
+            if end > header_end and lines[end].strip() in ("}", "};", "},", "})", "});", "end"):
+                closing = (end,)
+            definitions[index].signature = new_unit(Unit("signature", (start, header_end + 1), index,
+                                                         closing))
+            body_rows[index] = (header_end + 1, end + 1 - len(closing))
+            for row in range(header_end + 1, end + 1 - len(closing)):
+                owner[row] = -2 - index  # provisional: body of `index`
+        stack.append(index)
+
+    for node in docstrings:
+        row0, row1 = node.start_point[0], node.end_point[0]
+        d = _innermost(definitions, row0)
+        if d >= 0 and row0 > definitions[d].start:
+            definitions[d].units.append(new_unit(Unit("docstring", (row0, row1 + 1), d)))
+        elif d < 0:
+            new_unit(Unit("comment", (row0, row1 + 1)))
+
+    # Leading comments (and attributes / decorators on their own lines) belong to the definition below.
+    for index, d in enumerate(definitions):
+        row = d.start - 1
+        while row >= 0 and owner[row] < 0 and (row in comment_rows or lines[row].lstrip().startswith("#[")):
+            row -= 1
+        if row + 1 < d.start:
+            d.units.append(new_unit(Unit("docstring", (row + 1, d.start), index)))
+
+    import_units: dict[str, list[int]] = {}
+    for node in imports:
+        row0, row1 = node.start_point[0], node.end_point[0]
+        names = frozenset(IDENTIFIER.findall(node.text.decode("utf-8", "replace")))
+        u = new_unit(Unit("import", (row0, row1 + 1), _innermost(definitions, row0), names=names))
+        for name in names:
+            import_units.setdefault(name, []).append(u)
+
+    # Body chunks and top-level code: runs of rows nobody owns yet, cut at blank lines and at a size.
+    row = 0
+    while row < n:
+        tag = owner[row]
+        if tag >= 0 or not lines[row].strip():
+            row += 1
+            continue
+        start = row
+        while (row < n and owner[row] == tag and row - start < BODY_CHUNK_LINES
+               and (lines[row].strip() or row == start)):
+            row += 1
+        d = -2 - tag if tag <= -2 else -1
+        kind = "body" if tag <= -2 else ("comment" if all(r in comment_rows for r in range(start, row)) else "code")
+        u = new_unit(Unit(kind, (start, row), d))
+        if d >= 0:
+            definitions[d].units.append(u)
+
+    symbols: dict[str, list[int]] = {}
+    for index, d in enumerate(definitions):
+        if d.name:
+            symbols.setdefault(d.name, []).append(index)
+    return FileAnalysis(lines, units, definitions, symbols, import_units)
+
+
+def _innermost(definitions: list[Definition], row: int) -> int:
+    best = -1
+    for i, d in enumerate(definitions):
+        if d.start <= row <= d.end:
+            best = i  # definitions are sorted outer-first, so the last hit is the innermost
+    return best
+
+
+def identifiers(text: str) -> set[str]:
+    return set(IDENTIFIER.findall(text))
+
+
+def proximity(distance: int) -> float:
+    return math.exp(-max(0, distance) / PROXIMITY_LINES)
+
+
+def score_units(analysis: FileAnalysis, used: set[str], cursor_row: int | None,
+                enclosing: list[int] = ()) -> list[float]:
+    """A score per unit. `cursor_row` is None for another open document (only the definitions of
+    the symbols used near the cursor count there)."""
+    w = WEIGHTS
+    same_file = cursor_row is not None
+    scores = [0.0] * len(analysis.units)
+    if same_file:
+        for i, unit in enumerate(analysis.units):
+            distance = min(abs(cursor_row - unit.rows[0]), abs(cursor_row - (unit.rows[1] - 1)))
+            if unit.kind == "import":
+                scores[i] = w["import_unused"]
+            else:
+                scores[i] = max(w["far_code"], w["nearby_code"] * proximity(distance))
+        for d in enclosing:
+            definition = analysis.definitions[d]
+            scores[definition.signature] = w["enclosing_signature"]
+            for u in definition.units:
+                unit = analysis.units[u]
+                if unit.kind == "docstring":
+                    scores[u] = max(scores[u], w["enclosing_docstring"])
+                elif definition.kind == "function":
+                    distance = cursor_row - unit.rows[1]
+                    scores[u] = max(scores[u], w["enclosing_body"] * proximity(distance))
+        for name in used & analysis.imports.keys():
+            for u in analysis.imports[name]:
+                scores[u] = max(scores[u], w["import_used"])
+    prefix = "used_" if same_file else "other_"
+    enclosing = set(enclosing)
+    for name in used & analysis.symbols.keys():
+        for d in analysis.symbols[name]:
+            if d in enclosing:
+                continue
+            definition = analysis.definitions[d]
+            sig_kind = "variable" if definition.kind == "variable" else "signature"
+            scores[definition.signature] = max(scores[definition.signature], w[prefix + sig_kind])
+            for u in definition.units:
+                kind = "docstring" if analysis.units[u].kind == "docstring" else "body"
+                scores[u] = max(scores[u], w[prefix + kind])
+    return scores
