@@ -25,20 +25,37 @@ class PromptCache:
     Consecutive keystrokes share most of their prompt, so only the changed tail is prefilled.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, prefix_tree: kv.PrefixTree | None = None) -> None:
         self.tokens: list[int] = []
         self.cache = None
         self.prompt_tokens = 0
         self.reused_tokens = 0
+        self.prefix_tree = prefix_tree  # earlier prompts' blocks, for prompts that do not extend the last one
+
+    def _reuse(self, model, input_ids: list[int]) -> int:
+        """Bring the cache to the longest reusable prefix of `input_ids`; returns its length."""
+        keep = min(kv.common_prefix_length(self.tokens, input_ids), len(input_ids) - 1)
+        if self.cache is None:
+            keep = 0
+        if self.prefix_tree is not None:
+            from_tree = min(self.prefix_tree.longest_prefix(input_ids), len(input_ids) - 1)
+            if from_tree > keep:
+                self.cache = self.prefix_tree.build_cache(model, input_ids, from_tree)
+                return from_tree
+        if keep <= 0:
+            self.cache = kv.new_cache(model)
+            return 0
+        kv.crop(self.cache, keep)
+        return keep
+
+    def remember(self) -> None:
+        """Store the current prompt's blocks in the prefix tree (after a request)."""
+        if self.prefix_tree is not None and self.cache is not None:
+            self.prefix_tree.store(self.tokens, self.cache)
 
     def prefill(self, model, input_ids: list[int]) -> tuple[torch.Tensor, PrefillStats]:
         """Bring the cache to exactly `input_ids` and return the logits after the last one."""
-        keep = kv.common_prefix_length(self.tokens, input_ids)
-        keep = min(keep, len(input_ids) - 1)  # the last token is always run to get its logits
-        if self.cache is None or keep <= 0:
-            self.cache, keep = kv.new_cache(model), 0
-        else:
-            kv.crop(self.cache, keep)
+        keep = self._reuse(model, input_ids)  # the last token always runs, for its logits
         device = next(model.parameters()).device
         tail = torch.tensor([input_ids[keep:]], device=device)
         out = kv.forward(model, tail, self.cache)
@@ -49,11 +66,7 @@ class PromptCache:
 
     def prefill_hidden(self, model, input_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Like prefill, but also returns the last hidden state (for the draft heads)."""
-        keep = min(kv.common_prefix_length(self.tokens, input_ids), len(input_ids) - 1)
-        if self.cache is None or keep <= 0:
-            self.cache, keep = kv.new_cache(model), 0
-        else:
-            kv.crop(self.cache, keep)
+        keep = self._reuse(model, input_ids)
         device = next(model.parameters()).device
         hidden = kv.forward_hidden(model, torch.tensor([input_ids[keep:]], device=device), self.cache)
         self.tokens = list(input_ids)

@@ -101,3 +101,78 @@ def forward_hidden(model, input_ids: torch.Tensor, cache, *, attention_mask: tor
         kwargs["attention_mask"] = attention_mask
     out = model.base_model(input_ids=input_ids, position_ids=position_ids, use_cache=True, **kwargs)
     return out.last_hidden_state
+
+
+class PrefixTree:
+    """KV blocks of earlier prompts, keyed by a chained xxhash of their tokens.
+
+    Block i's key hashes every token up to its end, so equal keys mean equal prefixes and a lookup
+    walks block by block until the first miss. Least recently used blocks are dropped once the
+    stored bytes pass `max_bytes`.
+    """
+
+    def __init__(self, block_tokens: int = 64, max_bytes: int = 256 * 2**20):
+        from collections import OrderedDict
+
+        self.block_tokens = block_tokens
+        self.max_bytes = max_bytes
+        self.blocks: "OrderedDict[int, list[tuple[torch.Tensor, torch.Tensor]]]" = OrderedDict()
+        self.bytes = 0
+        self.lookups = 0
+        self.hit_tokens = 0
+
+    def block_keys(self, tokens: list[int]) -> list[int]:
+        import xxhash
+
+        keys, digest = [], b""
+        b = self.block_tokens
+        for end in range(b, len(tokens) + 1, b):
+            h = xxhash.xxh64(digest + torch.tensor(tokens[end - b:end], dtype=torch.int32).numpy().tobytes())
+            digest = h.digest()
+            keys.append(h.intdigest())
+        return keys
+
+    def longest_prefix(self, tokens: list[int]) -> int:
+        """How many leading tokens of `tokens` the tree holds (a multiple of the block size)."""
+        n = 0
+        for key in self.block_keys(tokens):
+            if key not in self.blocks:
+                break
+            n += self.block_tokens
+        return n
+
+    def build_cache(self, model, tokens: list[int], length: int):
+        """A fresh cache holding the first `length` tokens (length from longest_prefix)."""
+        cache = new_cache(model)
+        keys = self.block_keys(tokens[:length])
+        per_layer: list[list[tuple[torch.Tensor, torch.Tensor]]] = [self.blocks[k] for k in keys]
+        for k in keys:
+            self.blocks.move_to_end(k)
+        n_layers = len(per_layer[0])
+        for layer in range(n_layers):
+            k = torch.cat([blk[layer][0] for blk in per_layer], dim=-2)
+            v = torch.cat([blk[layer][1] for blk in per_layer], dim=-2)
+            cache.update(k, v, layer)
+        self.lookups += 1
+        self.hit_tokens += length
+        return cache
+
+    def store(self, tokens: list[int], cache) -> None:
+        """Keep the full blocks of `tokens` (whose KV `cache` holds) that the tree lacks."""
+        if self.max_bytes <= 0:
+            return
+        for i, key in enumerate(self.block_keys(tokens[: cached_length(cache)])):
+            if key in self.blocks:
+                self.blocks.move_to_end(key)
+                continue
+            a, b = i * self.block_tokens, (i + 1) * self.block_tokens
+            block = [(layer.keys[..., a:b, :].clone(), layer.values[..., a:b, :].clone()) for layer in cache.layers]
+            self.blocks[key] = block
+            self.bytes += sum(k.numel() * k.element_size() * 2 for k, _ in block)
+        while self.bytes > self.max_bytes and self.blocks:
+            _, block = self.blocks.popitem(last=False)
+            self.bytes -= sum(k.numel() * k.element_size() * 2 for k, _ in block)
+
+    def stats(self) -> dict:
+        return {"blocks": len(self.blocks), "bytes": self.bytes, "max_bytes": self.max_bytes,
+                "block_tokens": self.block_tokens, "hit_tokens": self.hit_tokens, "lookups": self.lookups}

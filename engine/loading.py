@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from . import decode
+from . import decode, kv
 from .drafts.heads import DraftHeads, HeadDrafter
 from .drafts.lookahead import LookaheadCache
 from .drafts.ngram import NgramDrafter
@@ -123,7 +123,7 @@ class Engine:
         self.fim: FimTemplate = detect_template(self.vocab)
         self.eos_ids = self._eos_ids()
         self.end_ids = self.eos_ids | end_token_ids(self.fim, self.vocab)
-        self.prompt_cache = decode.PromptCache()
+        self.prompt_cache = decode.PromptCache(kv.PrefixTree())
         self.speculative = True  # default for stream(); generate() takes it per call
         self.heads = DraftHeads.load(Path(model_dir)) if model_dir else None
         if self.heads is not None:
@@ -158,6 +158,13 @@ class Engine:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def set_kv_cache_bytes(self, max_bytes: int) -> None:
+        """The memory bound of the prefix tree (config: kv_cache_mb)."""
+        tree = self.prompt_cache.prefix_tree
+        if tree is not None:
+            tree.max_bytes = max_bytes
+            tree.store([], self.prompt_cache.cache or kv.new_cache(self.model))  # evicts down to the bound
 
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))
@@ -207,6 +214,7 @@ class Engine:
                 yield piece
             # Across requests: the next keystroke often types the start of this suggestion.
             self.lookahead.remember(ids[-32:] + self.encode(state.text))
+            self.prompt_cache.remember()
         latency = (time.perf_counter() - start) * 1000
         if request.cancel.is_set():
             state.stop_reason = "cancelled"
@@ -250,6 +258,7 @@ class Engine:
                 "prompt_tokens": pc.prompt_tokens,
                 "reused_tokens": pc.reused_tokens,
                 "hit_rate": round(pc.reused_tokens / pc.prompt_tokens, 4) if pc.prompt_tokens else 0.0,
+                "prefix_tree": pc.prefix_tree.stats() if pc.prefix_tree is not None else None,
             },
         }
 

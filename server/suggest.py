@@ -190,6 +190,7 @@ class Suggester:
         if job.cancel.is_set():
             return None
         start = time.perf_counter()
+        apply_engine_settings(engine, settings)
         stop, multiline = completion_mode(doc, cursor, settings)
         context = self.build_context(engine, doc, cursor, settings)
         request = CompletionRequest(context.prefix, context.suffix, doc.language, settings.max_new_tokens,
@@ -223,6 +224,15 @@ class Suggester:
         for job in self._jobs.values():
             job.cancel.set()
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def apply_engine_settings(engine, settings: Settings) -> None:
+    """Settings that change without reloading the model; engines without these knobs ignore them."""
+    if hasattr(engine, "speculative"):
+        engine.speculative = settings.speculative
+    tree = getattr(getattr(engine, "prompt_cache", None), "prefix_tree", None)
+    if tree is not None and tree.max_bytes != settings.kv_cache_mb * 2**20:
+        engine.set_kv_cache_bytes(settings.kv_cache_mb * 2**20)
 
 
 def _load_engine_from_settings(settings: Settings):

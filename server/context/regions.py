@@ -49,6 +49,13 @@ BODY_CHUNK_LINES = 8  # bodies and top-level code are cut into chunks of at most
 USE_WINDOW_LINES = 40  # identifiers this close to the cursor (within its function) count as used
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Words of import syntax and very common names: never a reason to keep an import or a definition.
+STOP_WORDS = frozenset({
+    "import", "from", "as", "use", "crate", "self", "super", "pub", "package", "require", "export",
+    "default", "type", "const", "let", "var", "mod", "cls", "this", "in", "is", "not", "and", "or",
+    "if", "else", "for", "while", "return", "def", "class", "fn", "func", "function", "None", "True",
+    "False", "null", "true", "false", "nil", "new",
+})
 
 
 @dataclass
@@ -214,12 +221,15 @@ def _analyze(text: str, tree, language_id: str) -> FileAnalysis:
             definitions[index].signature = new_unit(Unit("variable" if kind == "variable" else "signature",
                                                          (start, end + 1), index))
         else:
-            # The header runs to the row before the body, or to the body's first row when the body
-            # starts mid-line (`fn f() {`) or on a row of its own opening brace.
+            # The header runs to the end of what precedes the body (comments aside), and takes the
+            # body's first row when the body starts mid-line (`fn f() {`) or with a brace of its own.
             body_start = body.start_point[0]
-            body_line = lines[body_start]
-            mid_line = body.start_point[1] > len(body_line) - len(body_line.lstrip())
-            header_end = body_start if mid_line or body_line.lstrip().startswith("{") else body_start - 1
+            before = body.prev_sibling
+            while before is not None and before.is_extra:
+                before = before.prev_sibling
+            header_end = before.end_point[0] if before is not None else body_start - 1
+            if header_end == body_start or lines[body_start].lstrip().startswith("{"):
+                header_end = body_start
             header_end = max(header_end, start)
             closing = ()
             if end > header_end and lines[end].strip() in ("}", "};", "},", "})", "});", "end"):
@@ -250,7 +260,7 @@ def _analyze(text: str, tree, language_id: str) -> FileAnalysis:
     import_units: dict[str, list[int]] = {}
     for node in imports:
         row0, row1 = node.start_point[0], node.end_point[0]
-        names = frozenset(IDENTIFIER.findall(node.text.decode("utf-8", "replace")))
+        names = frozenset(IDENTIFIER.findall(node.text.decode("utf-8", "replace"))) - STOP_WORDS
         u = new_unit(Unit("import", (row0, row1 + 1), _innermost(definitions, row0), names=names))
         for name in names:
             import_units.setdefault(name, []).append(u)
@@ -288,7 +298,8 @@ def _innermost(definitions: list[Definition], row: int) -> int:
 
 
 def identifiers(text: str) -> set[str]:
-    return set(IDENTIFIER.findall(text))
+    """The names used in `text` that could refer to a definition."""
+    return set(IDENTIFIER.findall(text)) - STOP_WORDS
 
 
 def proximity(distance: int) -> float:
