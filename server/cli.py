@@ -14,6 +14,8 @@ import sys
 COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("complete",): ("memosight.server.commands.complete", "complete at FILE:LINE:COL and print the suggestion"),
     ("context",): ("memosight.server.commands.context", "show the packed context for FILE:LINE:COL"),
+    ("bench", "context"): ("memosight.server.context.bench", "context compression vs truncation: recall, "
+                                                             "exact match, needle, stability, build time"),
     ("bench", "quality"): ("memosight.engine.bench.quality", "held-out loss, next-token accuracy, next-line exact match"),
     ("bench", "speculative"): ("memosight.engine.bench.speculative", "speculative decoding vs greedy, side by side"),
     ("train", "model"): ("memosight.engine.train.run_model", "train the base code model (FIM objective)"),

@@ -29,6 +29,7 @@ class MemoSightServer(LanguageServer):
         self.documents = DocumentStore()
         self.config = ConfigSources()
         self.suggester = suggester or Suggester()
+        self.suggester.open_documents = self.documents.all  # other open files feed the context
         self._reported: set[str] = set()  # messages already shown, so a bad file is reported once
 
     @property
@@ -209,9 +210,10 @@ async def _suggest(ls: MemoSightServer, uri: str, position: types.Position) -> t
         ls.report(f"MemoSight: {uri} looks binary (it has NUL bytes); no completions for this file")
         return None, doc
     cursor = doc.offset_at(_to_position(position))
+    request_id = ls.protocol.msg_id
 
     def on_partial(text: str) -> None:  # only for clients that asked for streaming (see wants_partials)
-        ls.protocol.notify(PARTIAL_METHOD, {"uri": uri, "position": {"line": position.line,
+        ls.protocol.notify(PARTIAL_METHOD, {"id": request_id, "uri": uri, "position": {"line": position.line,
                                                                     "character": position.character},
                                            "text": text})
 

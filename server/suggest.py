@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from memosight.engine.request import CompletionRequest, StopRule
 
 from .config import Settings
-from .context.packing import PackedContext, truncate_around_cursor
+from .context.packing import ContextCompressor, PackedContext
 from .documents import Document
 
 log = logging.getLogger(__name__)
@@ -36,10 +36,46 @@ class Suggestion:
 
 
 @dataclass
-class Job:
-    uri: str
+class Generation:
+    """One model run for a cursor; a later request typed into its output may wait for it and share it."""
+
+    before: str  # document text before the cursor it was started for
+    after: str  # and after it
     cancel: threading.Event = field(default_factory=threading.Event)
+    partial: str = ""  # text generated so far (post-processing not yet applied)
+    future: Future | None = None
+
+
+@dataclass
+class Job:
+    """One request. Several jobs may share a generation (typing-through while it runs)."""
+
+    uri: str
+    generation: Generation
     superseded: bool = False
+
+    @property
+    def cancel(self) -> threading.Event:
+        return self.generation.cancel
+
+
+@dataclass
+class Shown:
+    """The last suggestion answered for a document: what typing-through is served from."""
+
+    before: str
+    after: str
+    text: str
+
+
+def typed_into(before: str, after: str, doc_text: str, cursor: int) -> str | None:
+    """The characters typed since a suggestion was made at (before|after), or None when the
+    document changed in any other way (an edit elsewhere, a deletion, a cursor move)."""
+    if len(doc_text) - cursor != len(after) or cursor < len(before):
+        return None
+    if not doc_text.endswith(after) or not doc_text.startswith(before):
+        return None
+    return doc_text[len(before):cursor]
 
 
 @dataclass
@@ -49,6 +85,8 @@ class Counters:
     empty: int = 0
     cancelled: int = 0
     superseded: int = 0
+    typed_through: int = 0  # answered from the rest of the suggestion being typed, no model call
+    joined: int = 0  # waited for a running generation that the typed text still matched
     accepted: int = 0
     accepted_chars: int = 0
     errors: int = 0
@@ -59,7 +97,8 @@ class Counters:
         pick = (lambda q: round(lat[min(len(lat) - 1, int(len(lat) * q))], 2)) if lat else (lambda q: None)
         return {
             "requests": self.requests, "completed": self.completed, "empty": self.empty,
-            "cancelled": self.cancelled, "superseded": self.superseded, "accepted": self.accepted,
+            "cancelled": self.cancelled, "superseded": self.superseded, "typed_through": self.typed_through,
+            "joined": self.joined, "accepted": self.accepted,
             "accepted_chars": self.accepted_chars, "errors": self.errors,
             "latency_ms": {"last": round(lat and self.latencies_ms[-1] or 0, 2) if lat else None,
                            "p50": pick(0.5), "p95": pick(0.95)},
@@ -110,8 +149,12 @@ class Suggester:
         self._engine_future: Future | None = None
         self._engine_key: tuple | None = None
         self._jobs: dict[str, Job] = {}
+        self._shown: dict[str, Shown] = {}
         self.counters = Counters()
         self.load_error: str | None = None
+        self.compressor = ContextCompressor()
+        # the other open documents, whose definitions may enter the context (lsp.py sets it)
+        self.open_documents: Callable[[], list[Document]] | None = None
 
     # --- engine ---------------------------------------------------------------------------------
 
@@ -132,19 +175,45 @@ class Suggester:
 
     # --- requests -------------------------------------------------------------------------------
 
-    def supersede(self, uri: str) -> Job:
-        """A new request for `uri`: the running one (if any) is told to stop."""
-        old = self._jobs.get(uri)
+    def start_job(self, doc: Document, cursor: int) -> Job:
+        """A new request for `doc`: it joins the running generation when the user only typed more of
+        that generation's text; otherwise the running one is told to stop."""
+        before, after = doc.text[:cursor], doc.text[cursor:]
+        old = self._jobs.get(doc.uri)
+        job = None
         if old is not None:
             old.superseded = True
-            old.cancel.set()
-        job = Job(uri)
-        self._jobs[uri] = job
+            gen = old.generation
+            typed = typed_into(gen.before, gen.after, doc.text, cursor)
+            running = gen.future is not None and not gen.future.done() and not gen.cancel.is_set()
+            if running and typed is not None and (gen.partial.startswith(typed) or typed.startswith(gen.partial)):
+                job = Job(doc.uri, gen)
+                self.counters.joined += 1
+            else:
+                gen.cancel.set()
+        if job is None:
+            job = Job(doc.uri, Generation(before, after))
+        self._jobs[doc.uri] = job
         return job
 
-    def build_context(self, engine, doc: Document, cursor: int, settings: Settings) -> PackedContext:
-        return truncate_around_cursor(doc.text, cursor, settings.context_budget, settings.suffix_share,
-                                      engine.count_tokens, doc.path)
+    def typing_through(self, doc: Document, cursor: int) -> str | None:
+        """The rest of the last suggestion when the user has typed its beginning."""
+        shown = self._shown.get(doc.uri)
+        if shown is None:
+            return None
+        typed = typed_into(shown.before, shown.after, doc.text, cursor)
+        if typed and shown.text.startswith(typed) and len(typed) < len(shown.text):
+            return shown.text[len(typed):]
+        return None
+
+    def build_context(self, engine, doc: Document, cursor: int, settings: Settings,
+                      others: list[Document] | None = None) -> PackedContext:
+        """The compressed context at `cursor`: regions of `doc` and of the other open documents
+        (`others`, else `open_documents()`) packed into settings.context_budget model tokens."""
+        if others is None:
+            others = self.open_documents() if self.open_documents is not None else []
+        return self.compressor.build(doc, cursor, settings.context_budget, settings.suffix_share,
+                                     engine.count_tokens, others)
 
     async def suggest(self, doc: Document, cursor: int, settings: Settings,
                       on_partial: Callable[[str], None] | None = None) -> Suggestion | None:
@@ -153,26 +222,52 @@ class Suggester:
         Raises asyncio.CancelledError when the client cancelled the request.
         """
         self.counters.requests += 1
-        job = self.supersede(doc.uri)
+        started = time.perf_counter()
+        rest = self.typing_through(doc, cursor)
+        if rest is not None:
+            old = self._jobs.pop(doc.uri, None)
+            if old is not None:
+                old.superseded = True
+                old.generation.cancel.set()
+            self.counters.typed_through += 1
+            self.counters.completed += 1
+            latency = (time.perf_counter() - started) * 1000
+            self.counters.latencies_ms.append(latency)
+            return Suggestion(rest, cursor, latency, 0, "typed_through")
+        job = self.start_job(doc, cursor)
+        gen = job.generation
         loop = asyncio.get_running_loop()
         try:
-            engine = await asyncio.wrap_future(self.ensure_engine(settings))
-            if job.cancel.is_set():
-                return self._finish_cancelled(job)
-            future = self._executor.submit(self._generate, engine, doc, cursor, settings, job, on_partial, loop)
-            suggestion = await asyncio.wrap_future(future)
+            if gen.future is None:
+                engine = await asyncio.wrap_future(self.ensure_engine(settings))
+                if gen.cancel.is_set():
+                    return self._finish_cancelled(job)
+                gen.future = self._executor.submit(self._generate, engine, doc, cursor, settings, gen,
+                                                   on_partial, loop)
+            # shield: a joined request that is cancelled must not cancel the shared generation's future
+            suggestion = await asyncio.shield(asyncio.wrap_future(gen.future))
         except asyncio.CancelledError:
-            job.cancel.set()
+            if self._jobs.get(doc.uri) is job:
+                gen.cancel.set()
             self.counters.cancelled += 1
             raise
         finally:
-            if self._jobs.get(doc.uri) is job:
+            if self._jobs.get(doc.uri) is job and (gen.future is None or gen.future.done()):
                 del self._jobs[doc.uri]
-        if job.cancel.is_set():
+        if job.superseded or gen.cancel.is_set():
             return self._finish_cancelled(job)
+        if suggestion is not None and suggestion.offset != cursor:  # joined: drop what was typed since
+            typed = doc.text[suggestion.offset:cursor]
+            if suggestion.text.startswith(typed) and len(suggestion.text) > len(typed):
+                suggestion = Suggestion(suggestion.text[len(typed):], cursor,
+                                        (time.perf_counter() - started) * 1000, suggestion.prompt_tokens,
+                                        suggestion.stop_reason)
+            else:
+                suggestion = None
         if suggestion is None or not suggestion.text:
             self.counters.empty += 1
             return None
+        self._shown[doc.uri] = Shown(doc.text[:cursor], doc.text[cursor:], suggestion.text)
         self.counters.completed += 1
         self.counters.latencies_ms.append(suggestion.latency_ms)
         return suggestion
@@ -184,22 +279,23 @@ class Suggester:
             self.counters.cancelled += 1
         return None
 
-    def _generate(self, engine, doc: Document, cursor: int, settings: Settings, job: Job,
+    def _generate(self, engine, doc: Document, cursor: int, settings: Settings, gen: Generation,
                   on_partial, loop) -> Suggestion | None:
         """Runs on the engine thread: context, generation, post-processing."""
-        if job.cancel.is_set():
+        if gen.cancel.is_set():
             return None
         start = time.perf_counter()
         apply_engine_settings(engine, settings)
         stop, multiline = completion_mode(doc, cursor, settings)
         context = self.build_context(engine, doc, cursor, settings)
         request = CompletionRequest(context.prefix, context.suffix, doc.language, settings.max_new_tokens,
-                                    stop, job.cancel)
+                                    stop, gen.cancel)
         result: dict = {}
         text = ""
         for piece in engine.stream(request, result):
             text += piece
-            if on_partial is not None and not job.cancel.is_set():
+            gen.partial = text
+            if on_partial is not None and not gen.cancel.is_set():
                 loop.call_soon_threadsafe(on_partial, text)
         completion = result["completion"]
         latency = (time.perf_counter() - start) * 1000
@@ -222,7 +318,7 @@ class Suggester:
 
     def shutdown(self) -> None:
         for job in self._jobs.values():
-            job.cancel.set()
+            job.generation.cancel.set()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 

@@ -223,6 +223,43 @@ class TrainConfig:
         return max(1, self.tokens // (self.batch_size * self.seq_len))
 
 
+class ThreadTuner:
+    """Picks the torch CPU thread count that trains fastest right now.
+
+    On a shared machine, a second busy process can make every multi-threaded kernel wait for the
+    thread that lost its core; then fewer threads are faster. Every `probe_every` steps the tuner
+    runs `probe_len` steps with each other count and keeps the fastest (timings are per step)."""
+
+    def __init__(self, choices: list[int], probe_every: int = 100, probe_len: int = 6):
+        self.choices, self.probe_every, self.probe_len = choices, probe_every, probe_len
+        self.best = max(choices)
+        self.speed: dict[int, float] = {}  # threads -> steps per second, latest probe
+        self.current = torch.get_num_threads()
+        self._samples: dict[int, list[float]] = {}
+
+    def threads_for(self, step: int) -> int:
+        slot = step % self.probe_every
+        if slot < self.probe_len * len(self.choices):
+            return self.choices[slot // self.probe_len]
+        return self.best
+
+    def record(self, step: int, threads: int, seconds: float) -> None:
+        slot = step % self.probe_every
+        if slot % self.probe_len == 0:  # the first step after a switch pays for thread start-up
+            return
+        if slot < self.probe_len * len(self.choices):
+            self._samples.setdefault(threads, []).append(seconds)
+        if slot == self.probe_len * len(self.choices) - 1 and self._samples:
+            self.speed = {t: len(v) / sum(v) for t, v in self._samples.items()}
+            self.best = max(self.speed, key=self.speed.get)
+            self._samples = {}
+
+    def apply(self, threads: int) -> None:
+        if threads != self.current:
+            torch.set_num_threads(threads)
+            self.current = threads
+
+
 def lr_at(step: int, cfg: TrainConfig, elapsed_s: float = 0.0) -> float:
     """Linear warmup, then cosine decay. With a wall-clock budget the decay follows whichever of
     step progress and time progress is further, so a run cut by time still ends fully decayed."""
@@ -258,7 +295,7 @@ class RunState:
 
 def train(model, tokenizer, train_texts: list[str], val_windows: torch.Tensor, state: RunState,
           optimizer: torch.optim.Optimizer, save_checkpoint: Callable[[], None], log: Callable[[str], None],
-          stop_at_step: int | None = None) -> None:
+          stop_at_step: int | None = None, tuner: ThreadTuner | None = None) -> None:
     """The training loop. Resumes at `state.step`: the data of an epoch depends only on (seed, epoch).
     `stop_at_step` pauses the run there (with a checkpoint), to be resumed later."""
     from tqdm import tqdm
@@ -290,6 +327,10 @@ def train(model, tokenizer, train_texts: list[str], val_windows: torch.Tensor, s
         batch = data[rows]  # (B, T+1)
         x, y = batch[:, :-1], batch[:, 1:]  # (B, T)
 
+        if tuner:
+            threads = tuner.threads_for(state.step)
+            tuner.apply(threads)
+        step_t0 = time.time()
         lr = lr_at(state.step, cfg, state.train_seconds)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -301,6 +342,8 @@ def train(model, tokenizer, train_texts: list[str], val_windows: torch.Tensor, s
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
 
+        if tuner:
+            tuner.record(state.step, threads, time.time() - step_t0)
         state.step += 1
         state.tokens_seen += tokens_per_step
         state.train_seconds = base_seconds + (time.time() - started)
@@ -310,7 +353,8 @@ def train(model, tokenizer, train_texts: list[str], val_windows: torch.Tensor, s
         if state.step % 50 == 0:
             window_t0, window_step0 = time.time(), state.step
             log(f"step {state.step}/{total_steps} epoch {epoch} loss {loss.item():.4f} lr {lr:.2e} "
-                f"tok/s {speed:,.0f} tokens {state.tokens_seen:,} elapsed {state.train_seconds / 60:.1f} min")
+                f"tok/s {speed:,.0f} tokens {state.tokens_seen:,} elapsed {state.train_seconds / 60:.1f} min"
+                + (f" threads {tuner.best} (steps/s by threads {tuner.speed})" if tuner else ""))
         if cfg.eval_every and (state.step % cfg.eval_every == 0 or state.step == total_steps):
             result = evaluate(model, val_windows[: max(1, cfg.eval_tokens // (cfg.seq_len + 1))], autocast=cfg.bf16)
             state.history.append({"step": state.step, "tokens": state.tokens_seen, "loss": round(result.loss, 4),

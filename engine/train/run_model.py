@@ -46,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--final-eval-tokens", type=int, default=400_000, help="cap on tokens per final evaluation")
     parser.add_argument("--eval-corpus", action="append", metavar="DIR",
                         help="extra folder to report held-out loss/accuracy on at export; repeatable")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
+    parser.add_argument("--threads", default="0", help="torch CPU threads: N, 0 = torch default, or 'auto' "
+                        "(re-measure every 100 steps which count is fastest on a shared CPU)")
     parser.add_argument("--stop-at-step", type=int, help="pause at this step (checkpoint, no export); resume later")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint exactly")
     parser.add_argument("--export-only", action="store_true",
@@ -64,8 +65,11 @@ def run(args: argparse.Namespace) -> int:
     from .corpus import build_corpus, read_folder, resolve_sources
     from .tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    tuner = None
+    if args.threads == "auto":
+        tuner = M.ThreadTuner(list(range(1, (os.cpu_count() or 1) + 1)))
+    elif int(args.threads):
+        torch.set_num_threads(int(args.threads))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     checkpoint_dir = out / "checkpoint"
@@ -131,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.export_only:
         M.train(model, tokenizer, [f.text for f in corpus.train], val_windows, state, optimizer,
                 save_checkpoint=lambda: M.save_checkpoint(checkpoint_dir, model, optimizer, state), log=log,
-                stop_at_step=args.stop_at_step)
+                stop_at_step=args.stop_at_step, tuner=tuner)
         if state.step < cfg.steps() and args.stop_at_step and state.step >= args.stop_at_step:
             print(f"paused at step {state.step}; continue with --resume", file=sys.stderr)
             return 0

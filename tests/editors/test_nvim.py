@@ -84,15 +84,29 @@ local function wait_for(what, timeout_ms, predicate)
   end
 end
 
+-- The text the native feature draws, if it is drawn at the cursor (stale suggestions sit elsewhere).
 local function ghost_text(buf)
   local ns = vim.api.nvim_create_namespace("nvim.lsp.inline_completion")
+  local row, col = unpack(vim.api.nvim_win_get_cursor(0))
   local parts = {}
   for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(buf, ns, 0, -1, { details = true })) do
-    for _, chunk in ipairs(mark[4].virt_text or {}) do
-      table.insert(parts, chunk[1])
+    if mark[2] == row - 1 and mark[3] == col then
+      for _, chunk in ipairs(mark[4].virt_text or {}) do
+        table.insert(parts, chunk[1])
+      end
     end
   end
   return #parts > 0 and table.concat(parts) or nil
+end
+
+local function any_ghost(buf)
+  local ns = vim.api.nvim_create_namespace("nvim.lsp.inline_completion")
+  return #vim.api.nvim_buf_get_extmarks(buf, ns, 0, -1, {}) > 0
+end
+
+local function sleep(ms)
+  local deadline = vim.uv.hrtime() + ms * 1e6
+  wait_for("nothing", ms + 1000, function() return vim.uv.hrtime() > deadline end)
 end
 
 local function status(buf)
@@ -141,7 +155,9 @@ co = coroutine.create(function()
   vim.api.nvim_input(" ")
   out.second_ghost = wait_for("a second ghost text", 20000, function() return ghost_text(buf) end)
   vim.api.nvim_input("<C-]>")
-  wait_for("the dismissed ghost text to disappear", 10000, function() return not ghost_text(buf) end)
+  wait_for("the dismissed ghost text to disappear", 10000, function() return not any_ghost(buf) end)
+  sleep(1000) -- longer than the 200 ms debounce: a dismissed suggestion stays away until the next keystroke
+  out.ghost_after_dismiss = any_ghost(buf)
   out.line_after_dismiss = vim.api.nvim_get_current_line()
   note("dismissed")
 
@@ -215,6 +231,7 @@ def test_inline_completion_is_shown_accepted_and_counted(tmp_path, repeater_mode
     assert out["cursor"] == [3, len("    return " + suggestion)]  # the cursor ends after the insertion
     requests = out["status"]["requests"]
     assert out["second_ghost"] == suggestion
+    assert not out["ghost_after_dismiss"]
     assert out["line_after_dismiss"] == "    return " + suggestion + " "  # dismissing inserts nothing
     assert requests["accepted"] == 1
     assert requests["accepted_chars"] == len(suggestion)

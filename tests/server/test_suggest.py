@@ -97,3 +97,67 @@ def test_partial_text_is_reported_while_generating():
 
     assert asyncio.run(scenario()).text == "abc"
     assert seen == ["a", "ab", "abc"]
+
+
+def test_typing_the_start_of_a_suggestion_is_answered_from_its_rest():
+    calls = []
+
+    def load(settings):
+        engine = FakeEngine("total += item")
+        original = engine.stream
+
+        def counting_stream(request, result):
+            calls.append(request.prefix)
+            yield from original(request, result)
+
+        engine.stream = counting_stream
+        return engine
+
+    suggester = Suggester(load_engine=load)
+    doc = Document("file:///a.py", "for item in items:\n    \n", "python")
+    cursor = doc.text.index("    \n") + 4
+
+    async def scenario():
+        first = await suggester.suggest(doc, cursor, Settings())
+        doc.apply_change("tot", doc.position_at(cursor), doc.position_at(cursor))
+        second = await suggester.suggest(doc, cursor + 3, Settings())
+        doc.apply_change("X", doc.position_at(cursor + 3), doc.position_at(cursor + 3))  # diverges
+        third = await suggester.suggest(doc, cursor + 4, Settings())
+        return first, second, third
+
+    first, second, third = asyncio.run(scenario())
+    assert first.text == "total += item"
+    assert second.text == "al += item" and second.stop_reason == "typed_through"
+    assert len(calls) == 2  # the second request made no model call; the third did
+    assert third.text == "total += item"
+    assert suggester.counters.typed_through == 1
+
+
+def test_a_running_generation_that_still_matches_is_joined_not_restarted():
+    starts = []
+
+    def load(settings):
+        engine = FakeEngine("abcdefghij", delay=0.03)
+        original = engine.stream
+
+        def counting_stream(request, result):
+            starts.append(request.prefix)
+            yield from original(request, result)
+
+        engine.stream = counting_stream
+        return engine
+
+    suggester = Suggester(load_engine=load)
+    doc = Document("file:///a.py", "x = \n", "python")
+
+    async def scenario():
+        older = asyncio.ensure_future(suggester.suggest(doc, 4, Settings()))
+        await asyncio.sleep(0.12)  # a few characters are out
+        doc.apply_change("a", doc.position_at(4), doc.position_at(4))
+        newer = await suggester.suggest(doc, 5, Settings())
+        return await older, newer
+
+    older, newer = asyncio.run(scenario())
+    assert older is None  # no stale suggestion for the older request
+    assert newer.text == "bcdefghij"
+    assert len(starts) == 1 and suggester.counters.joined == 1

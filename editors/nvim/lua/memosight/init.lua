@@ -68,6 +68,9 @@ end
 
 function native.dismiss(bufnr)
   local c = completor(bufnr)
+  if c and c.reset_timer then
+    c:reset_timer() -- else a debounced request still pending would bring the suggestion back
+  end
   if c and c.abort then
     c:abort()
   end
@@ -83,7 +86,11 @@ local function set_keymaps(bufnr)
     end
   end
   map(keys.accept, function()
-    return ghost.shown(bufnr) and ghost.accept(bufnr) and "" or keys.accept
+    if not ghost.shown(bufnr) then
+      return keys.accept
+    end
+    ghost.accept(bufnr)
+    return ""
   end, "accept suggestion")
   map(keys.dismiss, function()
     if not ghost.shown(bufnr) then
@@ -102,7 +109,7 @@ local function set_keymaps(bufnr)
   end, "previous suggestion")
 end
 
-local function on_attach(client, bufnr)
+local function on_attach(_, bufnr)
   if not ghost then
     vim.notify_once("MemoSight: ghost text needs Neovim 0.12 (vim.lsp.inline_completion)", vim.log.levels.WARN)
     return
@@ -147,18 +154,23 @@ local function show_status()
     if err then
       vim.notify("MemoSight: " .. (err.message or vim.inspect(err)), vim.log.levels.ERROR)
     else
-      vim.notify("MemoSight status\n" .. vim.inspect(result), vim.log.levels.INFO)
+      local without_nulls = vim.inspect(result, {
+        process = function(item)
+          if item ~= vim.NIL then
+            return item
+          end
+        end,
+      })
+      vim.notify("MemoSight status\n" .. without_nulls, vim.log.levels.INFO)
     end
   end)
 end
 
 function M.setup(opts)
-  M.config = vim.tbl_deep_extend("force", vim.deepcopy(M.defaults), opts or {})
-  if opts and opts.filetypes then -- lists replace the defaults instead of merging index by index
-    M.config.filetypes = opts.filetypes
-  end
-  if opts and opts.root_markers then
-    M.config.root_markers = opts.root_markers
+  opts = opts or {}
+  M.config = vim.tbl_deep_extend("force", vim.deepcopy(M.defaults), opts)
+  for _, list in ipairs({ "cmd", "filetypes", "root_markers" }) do
+    M.config[list] = opts[list] or M.config[list] -- a list replaces the default instead of merging index by index
   end
 
   local group = vim.api.nvim_create_augroup("memosight", { clear = true })
