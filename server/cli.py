@@ -18,6 +18,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
                                                              "exact match, needle, stability, build time"),
     ("bench", "quality"): ("memosight.engine.bench.quality", "held-out loss, next-token accuracy, next-line exact match"),
     ("bench", "speculative"): ("memosight.engine.bench.speculative", "speculative decoding vs greedy, side by side"),
+    ("bench", "replay"): ("memosight.server.commands.bench_replay", "type real files back through memosight-lsp"),
     ("train", "model"): ("memosight.engine.train.run_model", "train the base code model (FIM objective)"),
     ("train", "heads"): ("memosight.engine.train.run_heads", "train the draft heads of a model (base frozen)"),
 }

@@ -200,8 +200,10 @@ def _needles(files, args, count_tokens) -> dict:
         packed = compressor.build(current, len(text), args.budget, args.suffix_share, count_tokens, [])
         cases += 1
         found += "7919" in packed.prefix + packed.suffix
+        half = doc.text.find("\ndef ", len(doc.text) // 2)  # a top-level boundary, so the file parses
+        half = len(doc.text) if half < 0 else half
         helper_file = Document(doc.uri.rsplit("/", 1)[0] + "/memosight_needle.py",
-                               doc.text[:len(doc.text) // 2] + "\n\n" + NEEDLE_HELPER, "python")
+                               doc.text[:half] + "\n\n" + NEEDLE_HELPER, "python")
         user = "\n\ndef memosight_needle_user(items):\n    n = memosight_needle_helper(len(items))\n    "
         text = doc.text + user
         current = Document(doc.uri, text, "python")

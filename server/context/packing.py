@@ -458,4 +458,6 @@ def _render(sources: list[_Source], chosen: list[set[int]], header: bool, traili
         tail = lines[previous + 1:high]
         if (trailing or not is_current) and any(line.strip() for line in tail):
             out.append(_marker("".join(tail), source.comment) or f"{source.comment} ...\n")
+        elif trailing and tail and out:
+            out.append("\n")
     return FarPart("".join(out), 0, regions)

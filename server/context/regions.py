@@ -32,6 +32,7 @@ WEIGHTS = {
     "used_docstring": 2.2,        # docstrings and leading comments attached to them
     "used_variable": 3.5,         # constants, types, structs: kept whole
     "used_body": 0.9,             # bodies only if budget remains
+    "binds_used": 3.0,            # the nearest code above the cursor assigning a name used near it
     # ... and in the other open documents of the same language (signatures first)
     "other_signature": 3.0,
     "other_docstring": 1.5,
@@ -49,6 +50,9 @@ BODY_CHUNK_LINES = 8  # bodies and top-level code are cut into chunks of at most
 USE_WINDOW_LINES = 40  # identifiers this close to the cursor (within its function) count as used
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Names a line binds: assignment targets (`a, self.b = ...`, `let x =`, `x := ...`), loop and `as` names.
+BINDING = re.compile(r"^\s*(?:(?:let|const|var|mut)\s+)*([\w.,\s\[\]*()]+?)\s*(?::[^=\n]+)?(?:[-+*/|&]|:)?=(?!=)"
+                     r"|\bfor\s+([\w\s,()]+?)\s+in\b|\bas\s+(\w+)", re.MULTILINE)
 # Words of import syntax and very common names: never a reason to keep an import or a definition.
 STOP_WORDS = frozenset({
     "import", "from", "as", "use", "crate", "self", "super", "pub", "package", "require", "export",
@@ -90,6 +94,7 @@ class FileAnalysis:
     definitions: list[Definition]
     symbols: dict[str, list[int]]  # name -> definition indices
     imports: dict[str, list[int]]  # name -> import unit indices
+    binds: dict[str, list[int]] = field(default_factory=dict)  # name -> code/body units assigning it, in row order
 
     def enclosing(self, row: int) -> list[int]:
         """Definition indices containing `row`, outermost first."""
@@ -286,7 +291,12 @@ def _analyze(text: str, tree, language_id: str) -> FileAnalysis:
     for index, d in enumerate(definitions):
         if d.name:
             symbols.setdefault(d.name, []).append(index)
-    return FileAnalysis(lines, units, definitions, symbols, import_units)
+    binds: dict[str, list[int]] = {}
+    for u in sorted(range(len(units)), key=lambda u: units[u].rows[0]):
+        if units[u].kind in ("body", "code"):
+            for name in bound_names("".join(lines[units[u].rows[0]:units[u].rows[1]])):
+                binds.setdefault(name, []).append(u)
+    return FileAnalysis(lines, units, definitions, symbols, import_units, binds)
 
 
 def _innermost(definitions: list[Definition], row: int) -> int:
@@ -300,6 +310,14 @@ def _innermost(definitions: list[Definition], row: int) -> int:
 def identifiers(text: str) -> set[str]:
     """The names used in `text` that could refer to a definition."""
     return set(IDENTIFIER.findall(text)) - STOP_WORDS
+
+
+def bound_names(text: str) -> set[str]:
+    """Names that `text` assigns (roughly, for any language): what a later use may refer to."""
+    names = set()
+    for match in BINDING.finditer(text):
+        names.update(IDENTIFIER.findall(next(g for g in match.groups() if g is not None)))
+    return names - STOP_WORDS
 
 
 def proximity(distance: int) -> float:
@@ -333,6 +351,10 @@ def score_units(analysis: FileAnalysis, used: set[str], cursor_row: int | None,
         for name in used & analysis.imports.keys():
             for u in analysis.imports[name]:
                 scores[u] = max(scores[u], w["import_used"])
+        for name in used & analysis.binds.keys():
+            above = [u for u in analysis.binds[name] if analysis.units[u].rows[1] <= cursor_row]
+            if above:
+                scores[above[-1]] = max(scores[above[-1]], w["binds_used"])
     prefix = "used_" if same_file else "other_"
     enclosing = set(enclosing)
     for name in used & analysis.symbols.keys():

@@ -1,0 +1,267 @@
+"""`memosight bench replay --corpus DIR [--json]`: real files typed back into the real server.
+
+A function is cut out of a real source file; the file without it is opened in `memosight-lsp
+--stdio` (a separate process, spoken to over its pipes as an editor would), and the function is
+typed back keystroke by keystroke in bursts. At each pause an inline completion is requested; a
+request still pending when typing resumes is cancelled, as VS Code does. When a suggestion's start
+matches what comes next (3 characters or more), the simulated user accepts that part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--corpus", required=True, help="folder of Python source files (held-out code)")
+    parser.add_argument("--model", help="model folder or hub id (default: the embedded model)")
+    parser.add_argument("--functions", type=int, default=6, help="functions to type back")
+    parser.add_argument("--max-chars", type=int, default=400, help="skip functions longer than this")
+    parser.add_argument("--key-ms", type=float, default=60.0, help="time between keystrokes in a burst")
+    parser.add_argument("--pause-ms", type=float, default=400.0, help="pause after a burst (a request is sent)")
+    parser.add_argument("--min-accept", type=int, default=3, help="matching characters a user accepts")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+
+
+@dataclass
+class Replay:
+    latencies_ms: list[float] = field(default_factory=list)
+    requests: int = 0
+    answered: int = 0
+    with_items: int = 0
+    cancelled_by_client: int = 0
+    stale: int = 0  # suggestions that arrived for a request older than the newest one
+    typed_chars: int = 0
+    saved_chars: int = 0
+    accepted: int = 0
+
+
+def pick_functions(folder: str, count: int, max_chars: int, rng: random.Random) -> list[tuple[Path, str, int, int]]:
+    """(file, text, start, end): function spans whose text is short enough to type back."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise SystemExit(f"memosight: corpus folder {folder!r} does not exist")
+    found = []
+    files = sorted(root.rglob("*.py"))
+    rng.shuffle(files)
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        lines = text.splitlines(keepends=True)
+        offsets = [0]
+        for line in lines:
+            offsets.append(offsets[-1] + len(line))
+        spans = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        rng.shuffle(spans)
+        for node in spans:
+            start, end = offsets[node.lineno - 1], offsets[node.end_lineno]
+            body = text[start:end]
+            if 3 <= node.end_lineno - node.lineno <= 30 and len(body) <= max_chars:
+                found.append((path, text, start, end))
+                break
+        if len(found) >= count:
+            break
+    return found
+
+
+def keystrokes(text: str) -> list[str]:
+    """What one keystroke inserts: a character, or a newline with the next line's indentation
+    (editors indent automatically)."""
+    keys, i = [], 0
+    while i < len(text):
+        if text[i] == "\n":
+            j = i + 1
+            while j < len(text) and text[j] == " ":
+                j += 1
+            keys.append(text[i:j])
+            i = j
+        else:
+            keys.append(text[i])
+            i += 1
+    return keys
+
+
+def bursts(keys: list[str], rng: random.Random) -> list[list[str]]:
+    out, i = [], 0
+    while i < len(keys):
+        n = rng.randint(2, 9)
+        out.append(keys[i:i + n])
+        i += n
+    return out
+
+
+def position_of(text: str, offset: int) -> dict:
+    line = text.count("\n", 0, offset)
+    col_text = text[text.rfind("\n", 0, offset) + 1:offset]
+    return {"line": line, "character": len(col_text.encode("utf-16-le")) // 2}
+
+
+def common_prefix(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+async def replay_function(lsp, uri: str, text: str, start: int, end: int, args, rng, stats: Replay) -> None:
+    body = text[start:end]
+    doc = text[:start] + text[end:]
+    version = 1
+    lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                         "text": doc}})
+    cursor = start
+    remaining = body
+    pending: tuple[int, asyncio.Future, float] | None = None
+
+    def insert(piece: str) -> None:
+        nonlocal doc, cursor, version, remaining
+        pos = position_of(doc, cursor)
+        version += 1
+        lsp.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
+                                              "contentChanges": [{"range": {"start": pos, "end": pos},
+                                                                  "text": piece}]})
+        doc = doc[:cursor] + piece + doc[cursor:]
+        cursor += len(piece)
+        remaining = remaining[len(piece):]
+
+    while remaining:
+        burst = bursts(keystrokes(remaining), rng)[0]
+        for key in burst:
+            if pending is not None and not pending[1].done():  # typing resumes: the editor cancels
+                lsp.cancel(pending[0])
+                stats.cancelled_by_client += 1
+                pending[1].add_done_callback(lambda f: _count_stale(f, stats))
+                pending = None
+            insert(key)
+            stats.typed_chars += len(key)
+            await asyncio.sleep(args.key_ms / 1000)
+        if not remaining:
+            break
+        msg_id, fut = lsp.request("textDocument/inlineCompletion", {
+            "textDocument": {"uri": uri}, "position": position_of(doc, cursor), "context": {"triggerKind": 2}})
+        stats.requests += 1
+        sent = time.perf_counter()
+        pending = (msg_id, fut, sent)
+        try:
+            result = await asyncio.wait_for(asyncio.shield(fut), args.pause_ms / 1000)
+        except asyncio.TimeoutError:
+            continue  # still generating when typing resumes
+        except RuntimeError:
+            pending = None
+            continue
+        pending = None
+        stats.answered += 1
+        stats.latencies_ms.append((time.perf_counter() - sent) * 1000)
+        items = (result or {}).get("items", []) if isinstance(result, dict) else (result or [])
+        if not items:
+            continue
+        stats.with_items += 1
+        suggestion = items[0]["insertText"]
+        suggestion = suggestion if isinstance(suggestion, str) else suggestion.get("value", "")
+        match = common_prefix(suggestion, remaining)
+        if match >= args.min_accept:
+            insert(remaining[:match])
+            stats.saved_chars += match
+            stats.accepted += 1
+            await lsp.call("workspace/executeCommand", {"command": "memosight.accepted", "arguments": [match]})
+    if pending is not None:
+        try:
+            await asyncio.wait_for(pending[1], 30)
+        except Exception:
+            pass
+    lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+
+def _count_stale(fut: asyncio.Future, stats: Replay) -> None:
+    if fut.cancelled() or fut.exception() is not None:
+        return
+    result = fut.result()
+    if isinstance(result, dict) and result.get("items"):
+        stats.stale += 1
+
+
+async def replay(args) -> dict:
+    from ..jsonrpc_client import LspProcess
+
+    rng = random.Random(args.seed)
+    functions = pick_functions(args.corpus, args.functions, args.max_chars, rng)
+    if not functions:
+        raise SystemExit(f"memosight: no function of at most {args.max_chars} characters under {args.corpus}")
+    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    lsp = LspProcess([sys.executable, "-m", "memosight.server", "--stdio"], env=env)
+    await lsp.start()
+    options = {"model": args.model} if args.model else {}
+    await lsp.call("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": {},
+                                  "initializationOptions": options})
+    lsp.notify("initialized", {})
+    warm_uri = Path(functions[0][0]).resolve().as_uri() + "#warmup"
+    lsp.notify("textDocument/didOpen", {"textDocument": {"uri": warm_uri, "languageId": "python", "version": 1,
+                                                         "text": "def f(x):\n    return x\n"}})
+    await lsp.call("textDocument/inlineCompletion", {"textDocument": {"uri": warm_uri},
+                                                     "position": {"line": 1, "character": 4},
+                                                     "context": {"triggerKind": 1}}, timeout=300)
+    before = await lsp.call("memosight/status", {})
+    stats = Replay()
+    for n, (path, text, start, end) in enumerate(functions):
+        uri = path.resolve().as_uri()
+        await replay_function(lsp, uri, text, start, end, args, rng, stats)
+        print(f"\rfunction {n + 1}/{len(functions)}", end="", file=sys.stderr)
+    print(file=sys.stderr)
+    status = await lsp.call("memosight/status", {})
+    await lsp.stop()
+    return summarize(stats, before, status, len(functions))
+
+
+def summarize(stats: Replay, before: dict, after: dict, functions: int) -> dict:
+    lat = sorted(stats.latencies_ms)
+    pick = (lambda q: round(lat[min(len(lat) - 1, int(len(lat) * q))], 1)) if lat else (lambda q: None)
+    r0, r1 = before["requests"], after["requests"]
+    delta = {k: r1[k] - r0.get(k, 0) for k in ("completed", "typed_through", "joined", "cancelled", "superseded")}
+    c0, c1 = before.get("cache", {}), after.get("cache", {})
+    prompt = c1.get("prompt_tokens", 0) - c0.get("prompt_tokens", 0)
+    reused = c1.get("reused_tokens", 0) - c0.get("reused_tokens", 0)
+    return {
+        "model": after.get("model"), "device": after.get("device"), "functions": functions,
+        "requests": stats.requests, "answered": stats.answered, "with_suggestion": stats.with_items,
+        "latency_ms": {"p50": pick(0.5), "p95": pick(0.95), "max": round(lat[-1], 1) if lat else None},
+        "typed_through_share": round(delta["typed_through"] / stats.answered, 4) if stats.answered else 0.0,
+        "joined": delta["joined"],
+        "kv_cache_share": round(reused / prompt, 4) if prompt else 0.0,
+        "chars_typed": stats.typed_chars, "chars_saved": stats.saved_chars,
+        "chars_saved_share": round(stats.saved_chars / (stats.saved_chars + stats.typed_chars), 4)
+        if stats.typed_chars else 0.0,
+        "accepted": stats.accepted,
+        "cancelled_by_client": stats.cancelled_by_client, "server_cancelled": delta["cancelled"],
+        "server_superseded": delta["superseded"], "stale_suggestions": stats.stale,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    result = asyncio.run(replay(args))
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    lat = result["latency_ms"]
+    print(f"model {result['model']}  device {result['device']}  functions {result['functions']}")
+    print(f"requests {result['requests']}  answered {result['answered']}  with a suggestion {result['with_suggestion']}")
+    print(f"latency  p50 {lat['p50']} ms  p95 {lat['p95']} ms  max {lat['max']} ms")
+    print(f"typed-through share {result['typed_through_share']:.1%}   joined generations {result['joined']}")
+    print(f"prompt tokens from the KV cache {result['kv_cache_share']:.1%}")
+    print(f"characters saved {result['chars_saved']} of {result['chars_saved'] + result['chars_typed']} "
+          f"({result['chars_saved_share']:.1%}), {result['accepted']} acceptances")
+    print(f"cancelled by the client {result['cancelled_by_client']}  server: cancelled {result['server_cancelled']} "
+          f"superseded {result['server_superseded']}  stale suggestions {result['stale_suggestions']}")
+    return 0

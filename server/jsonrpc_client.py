@@ -1,0 +1,91 @@
+"""A small LSP client over a subprocess's pipes: what the replay benchmark uses to talk to
+`memosight-lsp --stdio` exactly as an editor does (Content-Length framed JSON-RPC)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from typing import Any
+
+
+class LspProcess:
+    def __init__(self, command: list[str], env: dict | None = None):
+        self.command = command
+        self.env = env
+        self.proc: asyncio.subprocess.Process | None = None
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future] = {}
+        self.notifications: list[tuple[str, Any]] = []
+        self._reader: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL, env=self.env)
+        self._reader = asyncio.create_task(self._read_loop())
+
+    async def _read_loop(self) -> None:
+        assert self.proc and self.proc.stdout
+        reader = self.proc.stdout
+        while True:
+            length = None
+            while True:
+                line = await reader.readline()
+                if not line:
+                    for fut in self._pending.values():
+                        if not fut.done():
+                            fut.set_exception(ConnectionError("memosight-lsp exited"))
+                    return
+                line = line.strip()
+                if not line:
+                    break
+                name, _, value = line.decode().partition(":")
+                if name.lower() == "content-length":
+                    length = int(value)
+            message = json.loads(await reader.readexactly(length or 0))
+            if "method" in message and "id" in message:  # a request from the server: answer null
+                self._write({"jsonrpc": "2.0", "id": message["id"], "result": None})
+            elif "method" in message:
+                self.notifications.append((message["method"], message.get("params")))
+            else:
+                fut = self._pending.pop(message.get("id"), None)
+                if fut is not None and not fut.done():
+                    if "error" in message:
+                        fut.set_exception(RuntimeError(message["error"].get("message", "error")))
+                    else:
+                        fut.set_result(message.get("result"))
+
+    def _write(self, payload: dict) -> None:
+        assert self.proc and self.proc.stdin
+        body = json.dumps(payload).encode()
+        self.proc.stdin.write(f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
+    def request(self, method: str, params: Any) -> tuple[int, asyncio.Future]:
+        msg_id = next(self._ids)
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[msg_id] = fut
+        self._write({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+        return msg_id, fut
+
+    async def call(self, method: str, params: Any, timeout: float = 120.0) -> Any:
+        _, fut = self.request(method, params)
+        return await asyncio.wait_for(fut, timeout)
+
+    def notify(self, method: str, params: Any) -> None:
+        self._write({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def cancel(self, msg_id: int) -> None:
+        self.notify("$/cancelRequest", {"id": msg_id})
+
+    async def stop(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            await self.call("shutdown", None, timeout=10)
+            self.notify("exit", None)
+            await asyncio.wait_for(self.proc.wait(), 10)
+        except (Exception, asyncio.TimeoutError):
+            self.proc.kill()
+        if self._reader:
+            self._reader.cancel()

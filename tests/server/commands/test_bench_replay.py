@@ -1,0 +1,40 @@
+"""The replay benchmark in its short mode: a real function typed back through memosight-lsp --stdio."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from memosight.server.commands.bench_replay import bursts, common_prefix, keystrokes
+
+SAMPLE = Path(__file__).parents[2] / "data" / "sample.py"
+
+
+def test_keystrokes_indent_new_lines_like_an_editor():
+    assert keystrokes("a:\n    b\n") == ["a", ":", "\n    ", "b", "\n"]
+    assert common_prefix("return x", "return y") == 7
+
+
+def test_bursts_cover_every_keystroke():
+    import random
+
+    keys = keystrokes("def f(x):\n    return x + 1\n")
+    assert sum(bursts(keys, random.Random(0)), []) == keys
+
+
+def test_short_replay_reports_every_figure(tmp_path, tiny_model_dir):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "sample.py").write_text(SAMPLE.read_text())
+    out = subprocess.run(
+        [sys.executable, "-m", "memosight.server.cli", "bench", "replay", "--corpus", str(corpus),
+         "--model", str(tiny_model_dir), "--functions", "1", "--max-chars", "200", "--key-ms", "2",
+         "--pause-ms", "300", "--json"], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["requests"] > 0 and result["answered"] > 0
+    assert result["latency_ms"]["p50"] is not None
+    assert 0.0 <= result["kv_cache_share"] <= 1.0
+    assert result["stale_suggestions"] == 0
+    for key in ("typed_through_share", "chars_saved_share", "server_superseded", "cancelled_by_client"):
+        assert key in result
