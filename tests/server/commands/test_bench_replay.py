@@ -28,7 +28,7 @@ def test_short_replay_reports_every_figure(tmp_path, tiny_model_dir):
     (corpus / "sample.py").write_text(SAMPLE.read_text())
     out = subprocess.run(
         [sys.executable, "-m", "memosight.server.cli", "bench", "replay", "--corpus", str(corpus),
-         "--model", str(tiny_model_dir), "--functions", "1", "--max-chars", "200", "--key-ms", "2",
+         "--model", str(tiny_model_dir), "--functions", "1", "--max-chars", "300", "--key-ms", "2",
          "--pause-ms", "300", "--json"], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])

@@ -1,0 +1,60 @@
+// Editor settings -> the server's settings. No 'vscode' import, so node's test runner can load it.
+//
+// Only the values the user has set are sent. Sending VS Code's defaults would override the
+// project's .memosight.toml with them, while the server's rule is: file first, editor settings on top.
+
+/** The `memosight.*` keys the server understands, in camelCase (the server converts to snake_case). */
+export const SERVER_SETTING_KEYS = [
+  "model",
+  "device",
+  "dtype",
+  "maxNewTokens",
+  "multiline",
+  "contextBudget",
+  "suffixShare",
+  "languages",
+  "speculative",
+  "kvCacheMb",
+  "logLevel",
+] as const;
+
+/** Keys read by the extension itself; never sent (the server would report them as unknown). */
+export const CLIENT_SETTING_KEYS = ["serverPath", "pythonPath", "trace.server"] as const;
+
+export type ServerSettings = Partial<Record<(typeof SERVER_SETTING_KEYS)[number], unknown>>;
+
+/** The shape of vscode.WorkspaceConfiguration.inspect(key), the parts we read. */
+export interface InspectedSetting {
+  defaultValue?: unknown;
+  globalValue?: unknown;
+  workspaceValue?: unknown;
+  workspaceFolderValue?: unknown;
+}
+
+/** The value the user set for one key, most specific scope first; undefined when only the default applies. */
+export function explicitValue(inspected: InspectedSetting | undefined): unknown {
+  if (!inspected) {
+    return undefined;
+  }
+  return inspected.workspaceFolderValue ?? inspected.workspaceValue ?? inspected.globalValue;
+}
+
+/**
+ * The settings to send as initializationOptions and as the `memosight` section of
+ * workspace/configuration: every server key the user has set, under its camelCase name.
+ */
+export function serverSettings(inspect: (key: string) => InspectedSetting | undefined): ServerSettings {
+  const settings: ServerSettings = {};
+  for (const key of SERVER_SETTING_KEYS) {
+    const value = explicitValue(inspect(key));
+    if (value !== undefined) {
+      settings[key] = value;
+    }
+  }
+  return settings;
+}
+
+/** Whether a change to `memosight.<key>` needs the server process restarted (it changes how it is launched). */
+export function needsRestart(changedKey: string): boolean {
+  return changedKey === "serverPath" || changedKey === "pythonPath";
+}
