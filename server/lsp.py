@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -140,9 +141,10 @@ def create_server(suggester: Suggester | None = None) -> MemoSightServer:
         suggestion, doc = await _suggest(ls, params.text_document.uri, params.position)
         if suggestion is None:
             return types.InlineCompletionList(items=[])
-        at = _lsp_position(doc, suggestion.offset)
+        # No range: the text is inserted at the cursor. (Neovim draws an item that has a range as an
+        # overlay, which would hide the text after the cursor mid-line.)
         item = types.InlineCompletionItem(
-            insert_text=suggestion.text, range=types.Range(at, at),
+            insert_text=suggestion.text,
             command=types.Command(title="Accept", command=ACCEPTED_COMMAND, arguments=[len(suggestion.text)]))
         return types.InlineCompletionList(items=[item])
 
@@ -158,6 +160,7 @@ def create_server(suggester: Suggester | None = None) -> MemoSightServer:
         out = ls.suggester.status(ls.settings)
         out["version"] = __version__
         out["documents"] = len(ls.documents.all())
+        out["settings"] = dataclasses.asdict(ls.settings)
         return out
 
     @ls.command(ACCEPTED_COMMAND)

@@ -230,7 +230,7 @@ class ThreadTuner:
     thread that lost its core; then fewer threads are faster. Every `probe_every` steps the tuner
     runs `probe_len` steps with each other count and keeps the fastest (timings are per step)."""
 
-    def __init__(self, choices: list[int], probe_every: int = 100, probe_len: int = 6):
+    def __init__(self, choices: list[int], probe_every: int = 40, probe_len: int = 4):
         self.choices, self.probe_every, self.probe_len = choices, probe_every, probe_len
         self.best = max(choices)
         self.speed: dict[int, float] = {}  # threads -> steps per second, latest probe

@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-corpus", action="append", metavar="DIR",
                         help="extra folder to report held-out loss/accuracy on at export; repeatable")
     parser.add_argument("--threads", default="0", help="torch CPU threads: N, 0 = torch default, or 'auto' "
-                        "(re-measure every 100 steps which count is fastest on a shared CPU)")
+                        "(re-measure every 40 steps which count is fastest on a shared CPU)")
     parser.add_argument("--stop-at-step", type=int, help="pause at this step (checkpoint, no export); resume later")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint exactly")
     parser.add_argument("--export-only", action="store_true",
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         log_file.write(message + "\n")
         log_file.flush()
 
-    command = "memosight train model " + " ".join(shlex.quote(a) for a in _argv_after_subcommand())
+    command = command_line(args)
     continuing = args.resume or args.export_only
     if continuing and not (checkpoint_dir / "state.pt").exists():
         print(f"no checkpoint in {checkpoint_dir}", file=sys.stderr)
@@ -170,8 +170,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _argv_after_subcommand() -> list[str]:
-    argv = sys.argv[1:]
-    if argv[:2] == ["train", "model"]:
-        return argv[2:]
-    return argv
+def command_line(args: argparse.Namespace) -> str:
+    """The options this run was given, as one `memosight train model ...` line for the model card."""
+    parts = ["memosight", "train", "model"]
+    for key, value in vars(args).items():
+        if key.startswith("_") or key in ("command", "train_command") or value in (None, False):
+            continue
+        flag = "--" + key.replace("_", "-")
+        for item in value if isinstance(value, list) else [value]:
+            parts += [flag] if item is True else [flag, str(item)]
+    return " ".join(shlex.quote(p) for p in parts)

@@ -100,7 +100,8 @@ def truncate_around_cursor(text: str, cursor: int, budget: int, suffix_share: fl
 
 NEAR_PREFIX_SHARE = 0.5  # of the prefix budget: the most the cursor's own function may take
 NEAR_SUFFIX_SHARE = 0.6  # of the suffix budget: the rest of the function after the cursor
-GROWTH_RESERVE = 0.1  # of the budget, left free when far parts are chosen, so typing does not evict them
+GROWTH_RESERVE = 0.1  # of the budget, left free when far parts are re-chosen because typing outgrew them
+COLD_RESERVE = 0.03  # ... and when chosen for the first time for a near window
 QUANTUM_LINES = 8  # a near window cut inside a long function moves by this many lines at a time
 WINDOW_LINES = 16  # outside any function the near window spans this many lines above the cursor
 MAX_OTHER_DOCUMENTS = 12
@@ -276,6 +277,8 @@ class ContextCompressor:
             return cached
         if budget <= 0:
             return FarPart("", 0, [])
+        if cached is None:
+            reserve = int(reserve * COLD_RESERVE / GROWTH_RESERVE)
         part = choose(max(0, budget - reserve) if budget > 2 * reserve else budget // 2)
         self._far_parts.put(key, part)
         return part

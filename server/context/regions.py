@@ -38,6 +38,9 @@ WEIGHTS = {
     "other_docstring": 1.5,
     "other_variable": 2.8,
     "other_body": 0.5,
+    # the outline: signatures of the other methods of the enclosing class, and of top-level definitions
+    "sibling_signature": 1.2,
+    "outline_signature": 0.3,
     # imports: kept when a symbol near the cursor comes from them
     "import_used": 3.0,
     "import_unused": 0.05,
@@ -46,12 +49,13 @@ WEIGHTS = {
     "far_code": 0.1,              # floor for code anywhere in the file
 }
 PROXIMITY_LINES = 25.0  # proximity = exp(-distance_in_lines / PROXIMITY_LINES)
+AMBIGUITY_DECAY = 0.5  # the k-th nearest definition of a name defined several times scores 0.5**k
 BODY_CHUNK_LINES = 8  # bodies and top-level code are cut into chunks of at most this many lines
 USE_WINDOW_LINES = 40  # identifiers this close to the cursor (within its function) count as used
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Names a line binds: assignment targets (`a, self.b = ...`, `let x =`, `x := ...`), loop and `as` names.
-BINDING = re.compile(r"^\s*(?:(?:let|const|var|mut)\s+)*([\w.,\s\[\]*()]+?)\s*(?::[^=\n]+)?(?:[-+*/|&]|:)?=(?!=)"
+BINDING = re.compile(r"^\s*(?:(?:let|const|var|mut)\s+)*([\w.,\s\[\]*]+?)\s*(?::[^=\n]+)?(?:[-+*/|&]|:)?=(?!=)"
                      r"|\bfor\s+([\w\s,()]+?)\s+in\b|\bas\s+(\w+)", re.MULTILINE)
 # Words of import syntax and very common names: never a reason to keep an import or a definition.
 STOP_WORDS = frozenset({
@@ -338,6 +342,11 @@ def score_units(analysis: FileAnalysis, used: set[str], cursor_row: int | None,
                 scores[i] = w["import_unused"]
             else:
                 scores[i] = max(w["far_code"], w["nearby_code"] * proximity(distance))
+        for d, definition in enumerate(analysis.definitions):
+            if definition.parent < 0 or definition.parent in enclosing \
+                    and analysis.definitions[definition.parent].kind == "class":
+                weight = w["outline_signature"] if definition.parent < 0 else w["sibling_signature"]
+                scores[definition.signature] = max(scores[definition.signature], weight)
         for d in enclosing:
             definition = analysis.definitions[d]
             scores[definition.signature] = w["enclosing_signature"]
@@ -358,13 +367,16 @@ def score_units(analysis: FileAnalysis, used: set[str], cursor_row: int | None,
     prefix = "used_" if same_file else "other_"
     enclosing = set(enclosing)
     for name in used & analysis.symbols.keys():
-        for d in analysis.symbols[name]:
-            if d in enclosing:
-                continue
+        # A name defined in many places (`__repr__`, `get`): the nearest definition counts most.
+        found = [d for d in analysis.symbols[name] if d not in enclosing]
+        if same_file:
+            found.sort(key=lambda d: abs(cursor_row - analysis.definitions[d].start))
+        for rank, d in enumerate(found):
             definition = analysis.definitions[d]
+            factor = AMBIGUITY_DECAY ** rank
             sig_kind = "variable" if definition.kind == "variable" else "signature"
-            scores[definition.signature] = max(scores[definition.signature], w[prefix + sig_kind])
+            scores[definition.signature] = max(scores[definition.signature], w[prefix + sig_kind] * factor)
             for u in definition.units:
                 kind = "docstring" if analysis.units[u].kind == "docstring" else "body"
-                scores[u] = max(scores[u], w[prefix + kind])
+                scores[u] = max(scores[u], w[prefix + kind] * factor)
     return scores

@@ -84,7 +84,7 @@ async def test_inline_completion_after_incremental_edits(tmp_path, repeater_mode
         assert len(result.items) == 1
         item = result.items[0]
         assert item.insert_text == "x" * 8
-        assert item.range.start == types.Position(6, 7) == item.range.end
+        assert item.range is None  # inserted at the cursor
         assert item.command.command == "memosight.accepted"
 
 
@@ -109,8 +109,13 @@ async def test_utf16_positions_with_emoji_cjk_and_crlf(tmp_path, repeater_model_
             types.VersionedTextDocumentIdentifier(uri=uri, version=2),
             [types.TextDocumentContentChangePartial(
                 range=types.Range(types.Position(0, 7), types.Position(0, 8)), text="日")]))
-        result = await inline(client, uri, 1, 5)
-        assert result.items[0].range.start == types.Position(1, 5)
+        # The completion item replaces the word before the cursor: its range shows where the server
+        # thinks the cursor and the word are, in UTF-16 units, after the edit.
+        result = await client.text_document_completion_async(types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri), position=types.Position(0, 9)))
+        edit = result.items[0].text_edit
+        assert edit.new_text == "日文xxxx"
+        assert (edit.range.start, edit.range.end) == (types.Position(0, 7), types.Position(0, 9))
 
 
 async def test_cancel_request_stops_generation_quickly(tmp_path, repeater_model_dir):
@@ -177,7 +182,10 @@ async def test_editor_settings_override_the_config_file(tmp_path, repeater_model
     (tmp_path / ".memosight.toml").write_text(f'model = "{repeater_model_dir}"\nmax_new_tokens = 3\n')
     async with lsp_session(tmp_path, client_settings={"maxNewTokens": 7}) as client:
         uri = open_doc(client, tmp_path / "a.py")
-        await asyncio.sleep(0.2)  # initialized -> workspace/configuration round trip
+        for _ in range(100):  # initialized -> workspace/configuration round trip
+            if (await status(client))["settings"]["max_new_tokens"] == 7:
+                break
+            await asyncio.sleep(0.1)
         assert (await inline(client, uri, 1, 4)).items[0].insert_text == "x" * 7
 
 
@@ -200,10 +208,11 @@ async def test_bad_requests_get_clear_answers_and_the_server_stays_up(tmp_path, 
         with pytest.raises(Exception, match="not open"):
             await inline(client, (tmp_path / "never-opened.py").as_uri(), 0, 0)
         uri = open_doc(client, tmp_path / "a.py", "x = 1\n", language="no-such-language")
-        past_end = await inline(client, uri, 99, 99)  # clamped to the end of the file
-        assert past_end.items[0].range.start == types.Position(1, 0)
-        past_line = await inline(client, uri, 0, 500)
-        assert past_line.items[0].range.start == types.Position(0, 5)
+        past_end = await client.text_document_completion_async(types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri), position=types.Position(99, 99)))
+        assert past_end.items[0].text_edit.range.end == types.Position(1, 0)  # clamped to the end of the file
+        past_line = await inline(client, uri, 0, 500)  # clamped to the end of the line
+        assert past_line.items[0].insert_text == "xxx"
         binary = open_doc(client, tmp_path / "b.bin", "\x00\x01\x02binary", language="plaintext")
         assert not (await inline(client, binary, 0, 3)).items
         huge = open_doc(client, tmp_path / "huge.py", "x = 1\n" * (20 * 1024 * 1024 // 6))

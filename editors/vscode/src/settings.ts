@@ -18,8 +18,11 @@ export const SERVER_SETTING_KEYS = [
   "logLevel",
 ] as const;
 
-/** Keys read by the extension itself; never sent (the server would report them as unknown). */
-export const CLIENT_SETTING_KEYS = ["serverPath", "pythonPath", "trace.server"] as const;
+/** Keys that say how the server is launched: a change restarts it. */
+export const LAUNCH_SETTING_KEYS = ["serverPath", "pythonPath"] as const;
+
+/** Keys read by the extension (and vscode-languageclient) itself; never sent, the server would call them unknown. */
+export const CLIENT_SETTING_KEYS = [...LAUNCH_SETTING_KEYS, "trace.server"] as const;
 
 export type ServerSettings = Partial<Record<(typeof SERVER_SETTING_KEYS)[number], unknown>>;
 
@@ -36,7 +39,13 @@ export function explicitValue(inspected: InspectedSetting | undefined): unknown 
   if (!inspected) {
     return undefined;
   }
-  return inspected.workspaceFolderValue ?? inspected.workspaceValue ?? inspected.globalValue;
+  // Not `??`: null is a value the user can set (model: null = back to the embedded model).
+  for (const value of [inspected.workspaceFolderValue, inspected.workspaceValue, inspected.globalValue]) {
+    if (value !== undefined) {
+      return value;
+    }
+  }
+  return undefined;
 }
 
 /**
@@ -52,9 +61,4 @@ export function serverSettings(inspect: (key: string) => InspectedSetting | unde
     }
   }
   return settings;
-}
-
-/** Whether a change to `memosight.<key>` needs the server process restarted (it changes how it is launched). */
-export function needsRestart(changedKey: string): boolean {
-  return changedKey === "serverPath" || changedKey === "pythonPath";
 }
