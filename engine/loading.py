@@ -159,6 +159,14 @@ class Engine:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
+    def reset_caches(self) -> None:
+        """Forget every cached prompt and draft (for cold-start measurements)."""
+        self.prompt_cache.clear()
+        if self.prompt_cache.prefix_tree is not None:
+            self.prompt_cache.prefix_tree = kv.PrefixTree(self.prompt_cache.prefix_tree.block_tokens,
+                                                          self.prompt_cache.prefix_tree.max_bytes)
+        self.lookahead.sequences.clear()
+
     def set_kv_cache_bytes(self, max_bytes: int) -> None:
         """The memory bound of the prefix tree (config: kv_cache_mb)."""
         tree = self.prompt_cache.prefix_tree

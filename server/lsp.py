@@ -223,8 +223,6 @@ async def _suggest(ls: MemoSightServer, uri: str, position: types.Position) -> t
     try:
         suggestion = await ls.suggester.suggest(doc, cursor, settings, on_partial if wants_partials(ls) else None)
     except Exception as exc:  # noqa: BLE001 - the server answers every request and stays up
-        if type(exc).__name__ == "CancelledError":
-            raise
         ls.suggester.counters.errors += 1
         ls.suggester.load_error = str(exc)
         ls.report(f"MemoSight: {exc}", types.MessageType.Error)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
 import time
 
@@ -17,6 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, help="longest completion in tokens (default 64)")
     parser.add_argument("--multiline", choices=["auto", "always", "never"], help="default: auto")
     parser.add_argument("--budget", type=int, dest="context_budget", help="prompt token budget (default 1024)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run N times from cold caches and report the median latency (default 1)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -36,12 +39,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"memosight: {exc}", file=sys.stderr)
         return 2
     load_ms = (time.perf_counter() - load_start) * 1000
-    suggestion = asyncio.run(suggester.suggest(doc, cursor, settings))
+    latencies = []
+    for _ in range(max(1, args.repeat)):
+        engine.reset_caches()
+        suggester._shown.clear()  # each run is a fresh request, not typing-through
+        suggestion = asyncio.run(suggester.suggest(doc, cursor, settings))
+        if suggestion is not None:
+            latencies.append(suggestion.latency_ms)
     text = suggestion.text if suggestion else ""
-    latency = suggestion.latency_ms if suggestion else None
+    latency = statistics.median(latencies) if latencies else None
     status = engine.status()
     if args.json:
-        print(json.dumps({"completion": text, "latency_ms": latency, "load_ms": round(load_ms, 1),
+        print(json.dumps({"completion": text, "latency_ms": latency, "latencies_ms": [round(x, 2) for x in latencies],
+                          "load_ms": round(load_ms, 1),
                           "prompt_tokens": suggestion.prompt_tokens if suggestion else None,
                           "stop_reason": suggestion.stop_reason if suggestion else None,
                           "model": status["model"], "device": status["device"], "dtype": status["dtype"]}))
@@ -53,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
         print(text if text else "(no suggestion)")
         print("------------------")
         if latency is not None:
-            print(f"latency: {latency:.1f} ms ({suggestion.prompt_tokens} prompt tokens; "
+            runs = f"median of {len(latencies)} cold runs, " if len(latencies) > 1 else ""
+            print(f"latency: {latency:.1f} ms ({runs}{suggestion.prompt_tokens} prompt tokens; "
                   f"model load {load_ms:.0f} ms, not included)")
     suggester.shutdown()
     return 0

@@ -40,6 +40,23 @@ function forwardLines(input: Readable, output: vscode.LogOutputChannel, initial:
   });
 }
 
+/**
+ * The server's items carry no range: their text goes in at the cursor. VS Code's default for an item
+ * without one is the word at the cursor up to the end of the line, which would hide a suggestion typed
+ * mid-word (its text does not start with the word) and replace the rest of the line; so give each an
+ * empty range at the cursor.
+ */
+function insertAtCursor(
+  result: vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined,
+  position: vscode.Position,
+): vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined {
+  const items = Array.isArray(result) ? result : result?.items;
+  for (const item of items ?? []) {
+    item.range ??= new vscode.Range(position, position);
+  }
+  return result;
+}
+
 function configuration(): vscode.WorkspaceConfiguration {
   return vscode.workspace.getConfiguration(SECTION);
 }
@@ -231,7 +248,7 @@ class MemoSight implements vscode.Disposable {
         provideInlineCompletionItems: async (document, position, context, token, next) => {
           const result = await next(document, position, context, token);
           this.scheduleRefresh();
-          return result;
+          return insertAtCursor(result, position);
         },
         executeCommand: async (command, args, next) => {
           const result = await next(command, args);

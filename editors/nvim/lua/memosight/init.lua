@@ -1,5 +1,7 @@
 --- MemoSight for Neovim: starts `memosight-lsp --stdio` for the configured filetypes and shows its
---- inline completions as ghost text with Neovim's native `vim.lsp.inline_completion` (0.12+).
+--- inline completions as ghost text: with Neovim's native `vim.lsp.inline_completion` (0.12+), or with
+--- the plugin's own extmark backend (0.10-0.11, or `backend = "extmark"`), which also streams the text
+--- while the server generates it.
 ---
 ---   require("memosight").setup({ settings = { max_new_tokens = 32 } })
 
@@ -21,6 +23,11 @@ M.defaults = {
   -- Server settings (keys of .memosight.toml: model, max_new_tokens, multiline, device, ...). They are sent as
   -- initializationOptions and answered to workspace/configuration (section "memosight"), so they override the file.
   settings = {},
+  -- Ghost text: "auto" (native on 0.12+, else extmark), "native" (vim.lsp.inline_completion, 0.12+) or
+  -- "extmark" (the plugin's own requests and extmarks; shows partial text while the server generates).
+  backend = "auto",
+  -- extmark backend: milliseconds without typing before a completion is requested.
+  debounce_ms = 50,
   -- Insert-mode keys; set one to false to leave that key alone. `accept` and `dismiss` fall back to the key's
   -- ordinary meaning when no suggestion is shown.
   keymaps = {
@@ -41,7 +48,7 @@ end
 -- Ghost text: a backend is { enable(bufnr), shown(bufnr) -> boolean, accept(bufnr), select(bufnr, count),
 -- dismiss(bufnr) }. Neovim 0.12 draws and accepts the server's items itself, and on acceptance it executes the
 -- item's `command` (memosight.accepted) with client:exec_cmd, which is how the server counts acceptances.
--- An extmark-based backend for 0.10-0.11 would plug in here.
+-- The extmark backend (extmark.lua) serves 0.10-0.11 and `backend = "extmark"`.
 local native = {}
 
 -- Neovim 0.12 has no public "dismiss" or "is a suggestion shown?"; the per-buffer completor is internal.
@@ -76,7 +83,26 @@ function native.dismiss(bufnr)
   end
 end
 
-local ghost = vim.lsp.inline_completion and native or nil
+local ghost -- the backend, chosen by setup()
+
+local function pick_backend(choice)
+  local has_native = vim.lsp.inline_completion ~= nil
+  if choice == "native" and not has_native then
+    vim.notify_once("MemoSight: backend = \"native\" needs Neovim 0.12 (vim.lsp.inline_completion); "
+      .. "using the extmark backend", vim.log.levels.WARN)
+  elseif choice ~= "auto" and choice ~= "native" and choice ~= "extmark" then
+    vim.notify_once("MemoSight: unknown backend " .. vim.inspect(choice) .. " (auto, native or extmark)",
+      vim.log.levels.WARN)
+    choice = "auto"
+  end
+  if has_native and choice ~= "extmark" then
+    return native
+  end
+  local extmark = require("memosight.extmark")
+  extmark.debounce_ms = M.config.debounce_ms
+  extmark.client_name = NAME
+  return extmark
+end
 
 local function set_keymaps(bufnr)
   local keys = M.config.keymaps
@@ -110,8 +136,8 @@ local function set_keymaps(bufnr)
 end
 
 local function on_attach(_, bufnr)
-  if not ghost then
-    vim.notify_once("MemoSight: ghost text needs Neovim 0.12 (vim.lsp.inline_completion)", vim.log.levels.WARN)
+  if vim.fn.has("nvim-0.10") == 0 then
+    vim.notify_once("MemoSight: ghost text needs Neovim 0.10 or newer", vim.log.levels.WARN)
     return
   end
   ghost.enable(bufnr)
@@ -123,14 +149,25 @@ local function start(bufnr)
     return
   end
   local settings = next(M.config.settings) and M.config.settings or vim.empty_dict()
-  vim.lsp.start({
+  local config = {
     name = NAME,
     cmd = M.config.cmd,
     root_dir = vim.fs.root(bufnr, M.config.root_markers),
     init_options = { memosight = settings },
     settings = { memosight = settings },
     on_attach = on_attach,
-  }, { bufnr = bufnr })
+  }
+  if ghost ~= native then -- the extmark backend asks for partial results and draws them
+    local extmark = require("memosight.extmark")
+    config.capabilities = extmark.capabilities()
+    config.handlers = { [extmark.PARTIAL_METHOD] = extmark.on_partial }
+  end
+  vim.lsp.start(config, { bufnr = bufnr })
+end
+
+--- The ghost-text backend in use: "native" or "extmark" (nil before setup).
+function M.backend()
+  return ghost and (ghost == native and "native" or "extmark") or nil
 end
 
 --- Ask the server for `memosight/status` (model, device, request counters, cache) and pass it to `callback`.
@@ -172,6 +209,7 @@ function M.setup(opts)
   for _, list in ipairs({ "cmd", "filetypes", "root_markers" }) do
     M.config[list] = opts[list] or M.config[list] -- a list replaces the default instead of merging index by index
   end
+  ghost = pick_backend(M.config.backend)
 
   local group = vim.api.nvim_create_augroup("memosight", { clear = true })
   vim.api.nvim_create_autocmd("FileType", {

