@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -171,6 +172,13 @@ def create_server(suggester: Suggester | None = None) -> MemoSightServer:
     @ls.feature(types.SHUTDOWN)
     def shutdown(ls: MemoSightServer, *args) -> None:
         ls.suggester.shutdown()
+
+    @ls.feature(types.EXIT)
+    def exit_now(ls: MemoSightServer, *args) -> None:
+        # Leave at once: interpreter teardown with a loaded model takes seconds, and clients
+        # (vscode-languageclient waits 2 s) kill a server that lingers after `exit`.
+        logging.shutdown()
+        os._exit(0 if ls.protocol._shutdown else 1)
 
     return ls
 

@@ -131,7 +131,8 @@ co = coroutine.create(function()
   local handler = assert(client.handlers["memosight/partialCompletion"], "no partialCompletion handler")
   client.handlers["memosight/partialCompletion"] = function(err, params, ctx)
     handler(err, params, ctx)
-    table.insert(out.partials, { text = params.text, drawn = ghost_text(buf) or vim.NIL })
+    table.insert(out.partials, { text = params.text, drawn = ghost_text(buf) or vim.NIL,
+                                 at = (vim.uv.hrtime() - started) / 1e9 })
   end
 
   vim.api.nvim_input("GA") -- insert mode at the end of `    return `
@@ -279,5 +280,5 @@ def test_extmark_backend_streams_shows_accepts_types_through_and_dismisses(tmp_p
     assert out["line_after_dismiss"] == "    return " + suggestion + "x"  # dismissing inserts nothing
     assert not out["ghost_in_normal_mode"]
     assert out["final_status"]["requests"]["accepted"] == 1
-    print(f"nvim extmark end-to-end: {time.monotonic() - started:.1f} s; {len(partials)} partials before the first final; "
+    print(out["partials"]); print(f"nvim extmark end-to-end: {time.monotonic() - started:.1f} s; {len(partials)} partials before the first final; "
           f"{out['events']}")

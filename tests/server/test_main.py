@@ -60,3 +60,31 @@ def test_tcp_mode_answers_initialize(tmp_path):
         proc.terminate()
         out, _ = proc.communicate(timeout=10)
     assert out == b""  # logs go to the log file, never stdout
+
+
+def test_exit_after_shutdown_quits_at_once_with_a_model_loaded(repeater_model_dir):
+    import asyncio
+    import os
+
+    from memosight.server.jsonrpc_client import LspProcess
+
+    async def scenario():
+        lsp = LspProcess([sys.executable, "-m", "memosight.server", "--stdio"],
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        await lsp.start()
+        await lsp.call("initialize", {"processId": None, "rootUri": None, "capabilities": {},
+                                      "initializationOptions": {"model": str(repeater_model_dir)}})
+        lsp.notify("initialized", {})
+        lsp.notify("textDocument/didOpen", {"textDocument": {"uri": "file:///t.py", "languageId": "python",
+                                                             "version": 1, "text": "x = 1\n"}})
+        await lsp.call("textDocument/inlineCompletion", {"textDocument": {"uri": "file:///t.py"},
+                                                         "position": {"line": 1, "character": 0},
+                                                         "context": {"triggerKind": 1}})
+        await lsp.call("shutdown", None)
+        started = time.perf_counter()
+        lsp.notify("exit", None)
+        code = await asyncio.wait_for(lsp.proc.wait(), 30)
+        return code, time.perf_counter() - started
+
+    code, seconds = asyncio.run(scenario())
+    assert code == 0 and seconds < 2.0
