@@ -108,8 +108,8 @@ class LineCompleter:
         ids = self.prompt_ids(prefix, suffix)
         out: list[int] = []
         with torch.no_grad():
-            result = self.model(input_ids=torch.tensor([ids]), use_cache=True)
-            cache = result.past_key_values
+            result = self.model(input_ids=torch.tensor([ids]), use_cache=True, logits_to_keep=1)
+            cache = result.cache
             for step in range(self.max_new_tokens):
                 token = int(result.logits[0, -1].argmax())
                 if token == self.tokenizer.eos_token_id or token in self.fim_ids:
@@ -118,9 +118,9 @@ class LineCompleter:
                 if token in self.newline_ids:
                     break
                 position = torch.tensor([[len(ids) + step]])
-                result = self.model(input_ids=torch.tensor([[token]]), past_key_values=cache, position_ids=position,
-                                    use_cache=True)
-                cache = result.past_key_values
+                result = self.model(input_ids=torch.tensor([[token]]), cache=cache, position_ids=position,
+                                    use_cache=True, logits_to_keep=1)
+                cache = result.cache
         return self.tokenizer.decode(out).split("\n", 1)[0]
 
 

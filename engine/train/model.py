@@ -411,6 +411,8 @@ def export_model(model, tokenizer, out_dir: Path, card: str, metrics: dict) -> N
     tokenizer.save_pretrained(str(out_dir))
     (out_dir / "README.md").write_text(card)
     (out_dir / "training_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    for path in out_dir.iterdir():
+        path.chmod(0o644)  # save_pretrained writes the weights 0600; package data must be readable
 
 
 def folder_megabytes(path: Path) -> float:

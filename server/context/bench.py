@@ -260,11 +260,13 @@ def _typing(files, args, count_tokens, encode) -> dict:
                 if name in previous and ids:
                     shared[name].append(_common_prefix(previous[name], ids) / len(ids))
                 previous[name] = ids
+    if not times:
+        return {}
     times.sort()
     pick = lambda q: round(times[min(len(times) - 1, int(len(times) * q))], 3)
     return {"typing_keystrokes": len(times), "file_lines": len(lines),
-            "stability_compressed": round(statistics.mean(shared["compressed"]), 4),
-            "stability_truncated": round(statistics.mean(shared["truncated"]), 4),
+            "stability_compressed": round(statistics.mean(shared["compressed"] or [0]), 4),
+            "stability_truncated": round(statistics.mean(shared["truncated"] or [0]), 4),
             "build_ms_p50": pick(0.5), "build_ms_p95": pick(0.95)}
 
 

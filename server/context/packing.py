@@ -98,11 +98,12 @@ def truncate_around_cursor(text: str, cursor: int, budget: int, suffix_share: fl
 # Skipped lines become one elision marker (`# ...`). The far parts are cached per (content of the
 # far text, near window), so typing inside one function leaves them, and the prompt's head, unchanged.
 
-NEAR_PREFIX_SHARE = 0.5  # of the prefix budget: the most the cursor's own function may take
+NEAR_PREFIX_SHARE = 0.7  # of the prefix budget: the most the cursor's own function may take
 NEAR_SUFFIX_SHARE = 0.6  # of the suffix budget: the rest of the function after the cursor
 GROWTH_RESERVE = 0.1  # of the budget, left free when far parts are re-chosen because typing outgrew them
 COLD_RESERVE = 0.03  # ... and when chosen for the first time for a near window
-QUANTUM_LINES = 8  # a near window cut inside a long function moves by this many lines at a time
+NEAR_SLACK = 0.2  # a near prefix cut inside a long function starts with this share of its budget free
+QUANTUM_LINES = 8  # outside any function the near window moves by this many lines at a time
 WINDOW_LINES = 16  # outside any function the near window spans this many lines above the cursor
 MAX_OTHER_DOCUMENTS = 12
 _NEWLINE = re.compile("\n")
@@ -246,8 +247,8 @@ class ContextCompressor:
 
     def _near_start(self, uri: str, text: str, starts: list[int], def_start: int, cursor: int, cursor_row: int,
                     budget: int, count_tokens) -> int:
-        """The first row of the near prefix: the window's start if it fits, else a row that moves by
-        QUANTUM_LINES, remembered so that it stays put while the user types."""
+        """The first row of the near prefix: the window's start if it fits, else the first row whose
+        tail fits with NEAR_SLACK to spare; remembered, so it stays put while the user types."""
         from .regions import content_hash
 
         key = (uri, def_start, content_hash(text[:starts[def_start]]))
@@ -257,15 +258,15 @@ class ContextCompressor:
             return cached
         start = def_start
         if count_tokens(text[starts[def_start]:cursor]) > budget:
-            low, high = def_start + 1, cursor_row  # smallest row whose tail fits
+            target = int(budget * (1 - NEAR_SLACK))
+            low, high = def_start + 1, cursor_row  # smallest row whose tail fits the target
             while low < high:
                 mid = (low + high) // 2
-                if count_tokens(text[starts[mid]:cursor]) <= budget:
+                if count_tokens(text[starts[mid]:cursor]) <= target:
                     high = mid
                 else:
                     low = mid + 1
-            quanta = -(-(low - def_start) // QUANTUM_LINES)
-            start = min(cursor_row, def_start + quanta * QUANTUM_LINES)
+            start = low
         self._near_starts.put(key, start)
         return start
 
@@ -445,8 +446,8 @@ def _render(sources: list[_Source], chosen: list[set[int]], header: bool, traili
                     pass  # the caller's text already ends with a marker for these lines
                 elif any(line.strip() for line in gap):
                     out.append(_marker("".join(gap), source.comment) or f"{source.comment} ...\n")
-                elif gap and out:
-                    out.append("\n")  # blank lines between kept units: one is enough
+                elif out:
+                    out.extend(gap)  # blank lines between kept units stay as they are
             out.append(lines[r])
             unit = source.analysis.units[row_unit[r]]
             if regions and regions[-1].path == source.path and regions[-1].end_line == r \
@@ -461,6 +462,6 @@ def _render(sources: list[_Source], chosen: list[set[int]], header: bool, traili
         tail = lines[previous + 1:high]
         if (trailing or not is_current) and any(line.strip() for line in tail):
             out.append(_marker("".join(tail), source.comment) or f"{source.comment} ...\n")
-        elif trailing and tail and out:
-            out.append("\n")
+        elif trailing and out:
+            out.extend(tail)
     return FarPart("".join(out), 0, regions)

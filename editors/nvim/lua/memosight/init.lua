@@ -86,7 +86,7 @@ end
 local ghost -- the backend, chosen by setup()
 
 local function pick_backend(choice)
-  local has_native = vim.lsp.inline_completion ~= nil
+  local has_native = vim.lsp.inline_completion and true or false
   if choice == "native" and not has_native then
     vim.notify_once("MemoSight: backend = \"native\" needs Neovim 0.12 (vim.lsp.inline_completion); "
       .. "using the extmark backend", vim.log.levels.WARN)

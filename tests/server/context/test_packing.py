@@ -1,0 +1,150 @@
+"""The packer: budgets, elision markers, needles, stability while typing, fallbacks."""
+
+import re
+
+import pytest
+
+from memosight.server.context.packing import ContextCompressor, truncate_around_cursor
+from memosight.server.documents import Document, Position
+
+WORDS = lambda text: len(text.split())  # noqa: E731 - a stand-in for the model's tokenizer
+CHARS = lambda text: (len(text) + 3) // 4  # noqa: E731
+PIECES = lambda text: len(re.findall(r"\w+|[^\w\s]+|\s+", text))  # noqa: E731
+
+
+def python_module(functions: int = 60) -> str:
+    parts = ["import os\nimport sys\n\nLIMIT = 7919  # the needle\n"]
+    for i in range(functions):
+        parts.append(f"\n\ndef helper_{i}(value, scale={i}):\n    \"\"\"Helper number {i}.\"\"\"\n"
+                     f"    total = value * scale\n    for k in range({i}):\n        total += k\n"
+                     f"    return total + os.getpid()\n")
+    return "".join(parts)
+
+
+def cursor_after(doc: Document, snippet: str) -> int:
+    return doc.text.index(snippet) + len(snippet)
+
+
+@pytest.mark.parametrize("count", [WORDS, CHARS, PIECES], ids=["words", "chars", "pieces"])
+@pytest.mark.parametrize("budget", [64, 200, 700])
+def test_the_budget_is_never_exceeded(count, budget):
+    doc = Document("file:///m.py", python_module(), "python")
+    compressor = ContextCompressor()
+    for offset in range(0, len(doc.text), 997):
+        packed = compressor.build(doc, offset, budget, 0.25, count)
+        assert packed.prompt_tokens == count(packed.prefix) + count(packed.suffix) <= budget
+        line_start = doc.text.rfind("\n", 0, offset) + 1
+        assert packed.prefix.endswith(doc.text[line_start:offset])  # the cursor's own line, up to it
+        assert packed.suffix.startswith(doc.text[offset:offset + 5].split("\n")[0])
+
+
+def test_skipped_spans_become_elision_markers_in_the_languages_comment_syntax():
+    doc = Document("file:///m.py", python_module() + "\n\ndef use():\n    return helper_3(2) + ", "python")
+    packed = ContextCompressor().build(doc, len(doc.text), 150, 0.25, PIECES)
+    assert "# ...\n" in packed.prefix
+    # the used helper's signature and docstring; its body elided by a marker indented like the body
+    assert re.search(r'def helper_3\(value, scale=3\):\n    """Helper number 3."""\n    # \.\.\.\n', packed.prefix)
+    js = "".join(f"function f{i}(a) {{\n  const b = a + {i};\n  return b;\n}}\n\n" for i in range(80))
+    js_doc = Document("file:///m.js", js + "function g() {\n  return f3(1);\n}\n", "javascript")
+    packed = ContextCompressor().build(js_doc, cursor_after(js_doc, "  return f3("), 120, 0.25, PIECES)
+    assert "// ..." in packed.prefix and "# ..." not in packed.prefix
+    assert "function f3(a) {" in packed.prefix  # a used function: its signature ...
+    assert "\n}\n" in packed.prefix  # ... with its closing brace, body elided if need be
+
+
+def test_the_enclosing_class_and_function_signatures_are_always_there():
+    methods = "".join(f"    def m{i}(self, x):\n        y = x + {i}\n        return y * 2\n\n" for i in range(200))
+    text = f"class Big(Base):\n    \"\"\"A big class.\"\"\"\n\n{methods}"
+    doc = Document("file:///c.py", text, "python")
+    packed = ContextCompressor().build(doc, cursor_after(doc, "def m150(self, x):\n        y = x"), 120, 0.25,
+                                       PIECES)
+    assert packed.prefix.startswith("class Big(Base):\n")
+    assert "    def m150(self, x):\n        y = x" in packed.prefix
+
+
+def test_needle_a_constant_thousands_of_lines_above():
+    text = python_module(600) + "\n\ndef use():\n    limit = LIMIT\n    "
+    doc = Document("file:///m.py", text, "python")
+    assert text.count("\n") > 4000
+    packed = ContextCompressor().build(doc, len(text), 256, 0.25, PIECES)
+    assert "LIMIT = 7919  # the needle\n" in packed.prefix
+    assert packed.prefix.endswith("def use():\n    limit = LIMIT\n    ")
+
+
+def test_needle_a_helper_in_another_open_document():
+    helper = Document("file:///pkg/util.py", python_module(5) + "\n\ndef far_helper(count, scale=3):\n"
+                      "    return count * scale\n", "python")
+    unrelated = Document("file:///pkg/other.js", "function far_helper() {}\n", "javascript")
+    doc = Document("file:///pkg/main.py", python_module(40) + "\n\ndef use(items):\n    n = far_helper(len(items))\n"
+                   "    ", "python")
+    packed = ContextCompressor().build(doc, len(doc.text), 256, 0.25, PIECES, [helper, unrelated, doc])
+    assert "# file: util.py\n" in packed.prefix and "def far_helper(count, scale=3):\n" in packed.prefix
+    assert "function far_helper" not in packed.prefix  # other languages stay out
+    region = next(r for r in packed.regions if r.path == "/pkg/util.py")
+    assert region.kind == "signature" and region.score > 0
+
+
+def test_typing_inside_a_function_keeps_the_prompt_head_stable():
+    doc = Document("file:///m.py", python_module() + "\n\ndef use(items):\n    n = helper_3(len(items))\n    \n"
+                   "\n\ndef after():\n    return helper_7(1)\n", "python")
+    compressor = ContextCompressor()
+    row = doc.text[:doc.text.index("    \n\n\ndef after")].count("\n")
+    line = "return n + LIMIT + sum(helper_5(i) for i in items)"
+    previous = None
+    heads = []
+    for i, ch in enumerate(line):
+        doc.apply_change(ch, Position(row, 4 + i), Position(row, 4 + i))
+        packed = compressor.build(doc, doc.offset_at(Position(row, 5 + i)), 300, 0.25, PIECES)
+        assert packed.prefix.endswith("    " + line[:i + 1]) and packed.prompt_tokens <= 300
+        if previous is not None:
+            heads.append(packed.prefix.startswith(previous))
+        previous = packed.prefix
+    assert sum(heads) / len(heads) > 0.9  # the new prefix extends the previous one
+
+
+def test_moving_to_another_function_changes_the_far_context():
+    doc = Document("file:///m.py", python_module(), "python")
+    compressor = ContextCompressor()
+    a = compressor.build(doc, cursor_after(doc, "def helper_10(value, scale=10):\n"), 200, 0.25, PIECES)
+    b = compressor.build(doc, cursor_after(doc, "def helper_50(value, scale=50):\n"), 200, 0.25, PIECES)
+    assert "def helper_10" in a.prefix and "def helper_50" in b.prefix and a.prefix != b.prefix
+
+
+def test_regions_are_listed_in_the_documented_shape():
+    doc = Document("file:///m.py", python_module(), "python")
+    packed = ContextCompressor().build(doc, cursor_after(doc, "def helper_30(value, scale=30):\n"), 200, 0.25, PIECES)
+    out = packed.to_json()
+    assert set(out) == {"prefix", "suffix", "prompt_tokens", "regions"}
+    kinds = [r["kind"] for r in out["regions"]]
+    assert "cursor_prefix" in kinds and "cursor_suffix" in kinds
+    for r in out["regions"]:
+        assert set(r) == {"path", "start_line", "end_line", "kind", "score"} and r["start_line"] <= r["end_line"]
+    prefix_lines = [r for r in out["regions"] if r["kind"] != "cursor_suffix"]
+    assert [r["start_line"] for r in prefix_lines] == sorted(r["start_line"] for r in prefix_lines)  # file order
+
+
+def test_unknown_languages_fall_back_to_a_line_window():
+    text = "".join(f"line {i} of plain text\n" for i in range(500))
+    doc = Document("file:///notes.txt", text, "plaintext")
+    cursor = text.index("line 250")
+    packed = ContextCompressor().build(doc, cursor, 100, 0.25, WORDS)
+    expected = truncate_around_cursor(text, cursor, 100, 0.25, WORDS)
+    assert (packed.prefix, packed.suffix) == (expected.prefix, expected.suffix)
+    assert packed.prompt_tokens <= 100 and packed.prefix.endswith("line 249 of plain text\n")
+
+
+def test_files_with_syntax_errors_still_produce_context():
+    text = python_module(80).replace("def helper_40(value, scale=40):", "def helper_40(value, scale=40:") \
+        + "\n\ndef use(:\n    x = helper_2(LIMIT"
+    doc = Document("file:///broken.py", text, "python")
+    assert doc.tree.root_node.has_error
+    packed = ContextCompressor().build(doc, len(text), 200, 0.25, PIECES)
+    assert packed.prefix.endswith("x = helper_2(LIMIT") and packed.prompt_tokens <= 200
+    assert "def helper_2(value, scale=2):" in packed.prefix
+
+
+def test_truncation_baseline_keeps_whole_lines_around_the_cursor():
+    text = "".join(f"x{i} = {i}\n" for i in range(100))
+    cursor = text.index("x50")
+    packed = truncate_around_cursor(text, cursor, 40, 0.25, WORDS)
+    assert packed.prompt_tokens <= 40 and packed.prefix.endswith("x49 = 49\n") and packed.suffix.startswith("x50")
