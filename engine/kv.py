@@ -74,16 +74,21 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
 
 
 def keep_positions(cache, keep: int, extra: list[int]) -> None:
-    """Compact the cache to its first `keep` positions followed by positions `extra` (in order).
+    """Compact the cache to its first `keep` positions followed by positions `extra` (increasing).
 
     After verifying a draft tree the cache holds every tree node; only the accepted path stays.
+    Only the path's entries move (into the slots right after `keep`), then the rest is cropped, so
+    the cost does not grow with the prompt.
     """
-    index = None
-    for layer in cache.layers:
-        if index is None:
-            index = torch.tensor(list(range(keep)) + extra, device=layer.keys.device)
-        layer.keys = layer.keys.index_select(-2, index)
-        layer.values = layer.values.index_select(-2, index)
+    if extra != list(range(keep, keep + len(extra))):
+        index = None
+        for layer in cache.layers:
+            if index is None:
+                index = torch.tensor(extra, device=layer.keys.device)
+            end = keep + len(extra)
+            layer.keys[..., keep:end, :] = layer.keys.index_select(-2, index)
+            layer.values[..., keep:end, :] = layer.values.index_select(-2, index)
+    crop(cache, keep + len(extra))
 
 
 def forward_hidden(model, input_ids: torch.Tensor, cache, *, attention_mask: torch.Tensor | None = None,

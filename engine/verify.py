@@ -62,14 +62,15 @@ def build_tree(root: int, candidates: list[Candidate], max_nodes: int, max_depth
 def tree_attention_mask(tree: DraftTree, past: int, dtype: torch.dtype, device) -> torch.Tensor:
     """Additive mask (1, 1, N, past + N): every node sees the cached past, its ancestors and itself."""
     n = len(tree)
-    blocked = torch.finfo(dtype).min
-    mask = torch.full((n, past + n), blocked, dtype=dtype, device=device)
-    mask[:, :past] = 0
-    for node in range(n):
-        a = node
-        while a >= 0:
-            mask[node, past + a] = 0
-            a = tree.parents[a]
+    visible = [[False] * n for _ in range(n)]
+    for node in range(n):  # parents come before children, so the parent's row is complete
+        parent = tree.parents[node]
+        if parent >= 0:
+            visible[node] = list(visible[parent])
+        visible[node][node] = True
+    tree_part = torch.tensor(visible, device=device)
+    mask = torch.zeros((n, past + n), dtype=dtype, device=device)
+    mask[:, past:].masked_fill_(~tree_part, torch.finfo(dtype).min)
     return mask[None, None]
 
 

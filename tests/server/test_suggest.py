@@ -161,3 +161,17 @@ def test_a_running_generation_that_still_matches_is_joined_not_restarted():
     assert older is None  # no stale suggestion for the older request
     assert newer.text == "bcdefghij"
     assert len(starts) == 1 and suggester.counters.joined == 1
+
+
+def test_build_context_compresses_with_the_other_open_documents():
+    helper = Document("file:///pkg/util.py", "def far_helper(count, scale=3):\n    return count * scale\n", "python")
+    filler = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(300))
+    doc = Document("file:///pkg/main.py", filler + "def use(items):\n    n = far_helper(len(items))\n    ", "python")
+    suggester = Suggester()
+    suggester.open_documents = lambda: [doc, helper]
+    packed = suggester.build_context(FakeEngine(""), doc, len(doc.text), Settings(context_budget=128))
+    assert packed.prompt_tokens <= 128
+    assert "def far_helper(count, scale=3):" in packed.prefix and packed.prefix.endswith("far_helper(len(items))\n    ")
+    alone = suggester.build_context(FakeEngine(""), doc, len(doc.text), Settings(context_budget=128), others=[])
+    assert "def far_helper(count" not in alone.prefix
+    suggester.shutdown()

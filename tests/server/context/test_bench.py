@@ -1,0 +1,18 @@
+import json
+
+from memosight.server.cli import main
+
+
+def test_bench_context_runs_without_a_model(tmp_path, capsys):
+    body = "".join(f"class C{i}:\n    def run(self, items):\n        total = LIMIT_{i % 3} + len(items)\n"
+                   f"        for item in items:\n            total += item * {i}\n        return total\n\n\n"
+                   for i in range(60))
+    (tmp_path / "consts.py").write_text("".join(f"LIMIT_{i} = {i * 7}\n" for i in range(3)) + "\n" * 80)
+    (tmp_path / "big.py").write_text("from consts import LIMIT_0, LIMIT_1, LIMIT_2\n\n\n" + body)
+    assert main(["bench", "context", "--corpus", str(tmp_path), "--budget", "256", "--no-model",
+                 "--max-positions", "20", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["positions"] == 20 and out["needle_found"] == out["needle_cases"] > 0
+    assert 0 <= out["recall_compressed"] <= 1 and out["typing_keystrokes"] > 0
+    assert out["build_ms_p50"] <= out["build_ms_p95"]
+    assert main(["bench", "context", "--corpus", str(tmp_path / "missing"), "--no-model"]) == 2
