@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from . import __version__
@@ -39,6 +40,7 @@ def setup_logging(log_file: str | None, level: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # its advice is noise in an editor's log
     setup_logging(args.log_file, args.log_level)
     from .lsp import create_server
 

@@ -8,6 +8,7 @@ One `LanguageSpec` per grammar. Queries tag nodes with these capture names, whic
   @import               an import statement (kept when a name near the cursor comes from it)
   @comment              a comment
   @docstring            a docstring (Python)
+  @string               a string literal (an elision never cuts one that spans lines)
 Languages without a spec get no tree; the packer falls back to a line window around the cursor.
 """
 
@@ -29,6 +30,7 @@ PYTHON_QUERY = """
 (function_definition body: (block . (expression_statement (string) @docstring)))
 (class_definition body: (block . (expression_statement (string) @docstring)))
 (module . (expression_statement (string) @docstring))
+(string) @string
 """
 
 JAVASCRIPT_QUERY = """
@@ -41,6 +43,7 @@ JAVASCRIPT_QUERY = """
 (export_statement (lexical_declaration (variable_declarator name: (identifier) @name)) @definition.variable)
 (import_statement) @import
 (comment) @comment
+(template_string) @string
 """
 
 TYPESCRIPT_QUERY = JAVASCRIPT_QUERY + """
@@ -59,6 +62,7 @@ GO_QUERY = """
 (source_file (var_declaration (var_spec name: (identifier) @name)) @definition.variable)
 (import_declaration) @import
 (comment) @comment
+(raw_string_literal) @string
 """
 
 RUST_QUERY = """
@@ -77,6 +81,8 @@ RUST_QUERY = """
 (use_declaration) @import
 (line_comment) @comment
 (block_comment) @comment
+(raw_string_literal) @string
+(string_literal) @string
 """
 
 

@@ -93,7 +93,7 @@ def truncate_around_cursor(text: str, cursor: int, budget: int, suffix_share: fl
 # --- the context compressor ---------------------------------------------------------------------
 # Layout of what the model sees (far context in file order, the cursor's own prefix last):
 #   prefix = [other open files: chosen units] [this file above the near window: chosen units]
-#            [near prefix: the enclosing function from its start (or a quantized line) to the cursor]
+#            [near prefix: the enclosing function from its start (or, if too long, a later line) to the cursor]
 #   suffix = [near suffix: the rest of the enclosing function] [this file below it: chosen units]
 # Skipped lines become one elision marker (`# ...`). The far parts are cached per (content of the
 # far text, near window), so typing inside one function leaves them, and the prompt's head, unchanged.
@@ -190,7 +190,7 @@ class ContextCompressor:
             near_suffix += _marker(near_suffix_text[len(near_suffix):], comment)
         near_suffix_tokens = count_tokens(near_suffix) if near_suffix else 0
 
-        # Near prefix: from the start of the near window, unless too long (then from a quantized line).
+        # Near prefix: from the start of the near window, unless too long (then from a later line).
         near_start = self._near_start(doc.uri, text, starts, def_start, cursor, cursor_row, near_prefix_budget,
                                       count_tokens)
         near_prefix = text[starts[near_start]:cursor]
@@ -208,7 +208,7 @@ class ContextCompressor:
 
         def sources(side: str) -> list[_Source]:
             if not state:
-                state.update(self._score(doc, text, tree, cursor_row, window, in_function, other_docs))
+                state.update(self._score(doc, text, tree, cursor_row, window, other_docs))
             analysis, scores, other_sources = state["analysis"], state["scores"], state["others"]
             if side == "below":
                 return [_Source(doc.path, analysis, scores, (near_end, len(analysis.lines)), comment)]
@@ -285,7 +285,8 @@ class ContextCompressor:
         return part
 
     def _score(self, doc, text: str, tree, cursor_row: int, window: tuple[int, int, int, int],
-               in_function: bool, other_docs: list) -> dict:
+               other_docs: list) -> dict:
+        """Scores of the current file's units and of the other open files' (those with a use)."""
         from .regions import USE_WINDOW_LINES, analyze, identifiers, score_units
 
         def_start, def_end, _, _ = window

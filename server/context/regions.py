@@ -29,7 +29,7 @@ WEIGHTS = {
     "enclosing_body": 2.0,        # enclosing function body above the near window (times proximity)
     # definitions of the symbols used near the cursor, in this file
     "used_signature": 4.0,
-    "used_docstring": 2.2,        # docstrings and leading comments attached to them
+    "used_docstring": 2.2,        # docstrings and leading comments attached to them (their heads)
     "used_variable": 3.5,         # constants, types, structs: kept whole
     "used_body": 0.9,             # bodies only if budget remains
     "binds_used": 3.0,            # the nearest code above the cursor assigning a name used near it
@@ -39,8 +39,8 @@ WEIGHTS = {
     "other_variable": 2.8,
     "other_body": 0.5,
     # the outline: signatures of the other methods of the enclosing class, and of top-level definitions
-    "sibling_signature": 1.2,
-    "outline_signature": 0.3,
+    "sibling_signature": 0.5,
+    "outline_signature": 0.1,
     # imports: kept when a symbol near the cursor comes from them
     "import_used": 3.0,
     "import_unused": 0.05,
@@ -48,9 +48,11 @@ WEIGHTS = {
     "nearby_code": 1.5,           # code and comments above/below the near window
     "far_code": 0.1,              # floor for code anywhere in the file
 }
+DOC_REST = 0.25  # the rest of a long docstring scores this share of its head
 PROXIMITY_LINES = 25.0  # proximity = exp(-distance_in_lines / PROXIMITY_LINES)
 AMBIGUITY_DECAY = 0.5  # the k-th nearest definition of a name defined several times scores 0.5**k
-BODY_CHUNK_LINES = 8  # bodies and top-level code are cut into chunks of at most this many lines
+BODY_CHUNK_LINES = 8  # bodies and top-level code are cut into chunks of about this many lines
+DOC_HEAD_LINES = 4  # a long docstring or comment: its first lines (and closing line) are one unit, the rest another
 USE_WINDOW_LINES = 40  # identifiers this close to the cursor (within its function) count as used
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -73,8 +75,9 @@ class Unit:
     kind: str  # signature | docstring | body | variable | import | comment | code
     rows: tuple[int, int]  # [start, end) 0-based rows; a signature may add its closing row
     definition: int = -1  # index into FileAnalysis.definitions; -1 for top-level code
-    extra_rows: tuple[int, ...] = ()  # the closing `}` row of a signature
+    extra_rows: tuple[int, ...] = ()  # a signature's closing `}` row; a docstring head's closing row
     names: frozenset[str] = frozenset()  # identifiers an import brings in
+    head: bool = True  # False for the rest of a long docstring, after its head
 
     def all_rows(self) -> list[int]:
         return [*range(*self.rows), *self.extra_rows]
@@ -118,6 +121,8 @@ class FileAnalysis:
 
 
 class LRU(OrderedDict):
+    """A small least-recently-used map: the caches here stay bounded in memory."""
+
     def __init__(self, size: int):
         super().__init__()
         self.size = size
@@ -184,6 +189,7 @@ def _analyze(text: str, tree, language_id: str) -> FileAnalysis:
 
     found = []  # (start, -end, kind, name, node)
     imports, comment_rows, docstrings = [], set(), []
+    inside_literal: set[int] = set()  # rows inside a multi-line string or comment: never a place to cut
     for match in languages.matches(language_id, tree.root_node):
         for capture, nodes in match.items():
             if capture.startswith("definition."):
@@ -201,6 +207,10 @@ def _analyze(text: str, tree, language_id: str) -> FileAnalysis:
             elif capture == "comment":
                 for node in nodes:
                     comment_rows.update(range(node.start_point[0], node.end_point[0] + 1))
+                    inside_literal.update(range(node.start_point[0] + 1, node.end_point[0] + 1))
+            elif capture == "string":
+                for node in nodes:
+                    inside_literal.update(range(node.start_point[0] + 1, node.end_point[0] + 1))
             elif capture == "docstring":
                 docstrings.extend(nodes)
     found.sort(key=lambda f: (f[0], f[1]))
@@ -250,13 +260,21 @@ def _analyze(text: str, tree, language_id: str) -> FileAnalysis:
                 owner[row] = -2 - index  # provisional: body of `index`
         stack.append(index)
 
+    def doc_units(kind: str, row0: int, row1: int, d: int) -> list[int]:
+        """A docstring or comment block; when long, its head (with its closing row, so a string is
+        never left open) and the rest."""
+        if row1 - row0 < DOC_HEAD_LINES + 2:
+            return [new_unit(Unit(kind, (row0, row1 + 1), d))]
+        return [new_unit(Unit(kind, (row0, row0 + DOC_HEAD_LINES), d, (row1,))),
+                new_unit(Unit(kind, (row0 + DOC_HEAD_LINES, row1), d, head=False))]
+
     for node in docstrings:
         row0, row1 = node.start_point[0], node.end_point[0]
         d = _innermost(definitions, row0)
         if d >= 0 and row0 > definitions[d].start:
-            definitions[d].units.append(new_unit(Unit("docstring", (row0, row1 + 1), d)))
+            definitions[d].units.extend(doc_units("docstring", row0, row1, d))
         elif d < 0:
-            new_unit(Unit("comment", (row0, row1 + 1)))
+            doc_units("comment", row0, row1, -1)
 
     # Leading comments (and attributes / decorators on their own lines) belong to the definition below.
     for index, d in enumerate(definitions):
@@ -264,7 +282,7 @@ def _analyze(text: str, tree, language_id: str) -> FileAnalysis:
         while row >= 0 and owner[row] < 0 and (row in comment_rows or lines[row].lstrip().startswith("#[")):
             row -= 1
         if row + 1 < d.start:
-            d.units.append(new_unit(Unit("docstring", (row + 1, d.start), index)))
+            d.units.extend(doc_units("docstring", row + 1, d.start - 1, index))
 
     import_units: dict[str, list[int]] = {}
     for node in imports:
@@ -282,8 +300,8 @@ def _analyze(text: str, tree, language_id: str) -> FileAnalysis:
             row += 1
             continue
         start = row
-        while (row < n and owner[row] == tag and row - start < BODY_CHUNK_LINES
-               and (lines[row].strip() or row == start)):
+        while row < n and owner[row] == tag and (
+                row == start or row in inside_literal or (row - start < BODY_CHUNK_LINES and lines[row].strip())):
             row += 1
         d = -2 - tag if tag <= -2 else -1
         kind = "body" if tag <= -2 else ("comment" if all(r in comment_rows for r in range(start, row)) else "code")
@@ -353,7 +371,7 @@ def score_units(analysis: FileAnalysis, used: set[str], cursor_row: int | None,
             for u in definition.units:
                 unit = analysis.units[u]
                 if unit.kind == "docstring":
-                    scores[u] = max(scores[u], w["enclosing_docstring"])
+                    scores[u] = max(scores[u], w["enclosing_docstring"] * (1 if unit.head else DOC_REST))
                 elif definition.kind == "function":
                     distance = cursor_row - unit.rows[1]
                     scores[u] = max(scores[u], w["enclosing_body"] * proximity(distance))
@@ -377,6 +395,7 @@ def score_units(analysis: FileAnalysis, used: set[str], cursor_row: int | None,
             sig_kind = "variable" if definition.kind == "variable" else "signature"
             scores[definition.signature] = max(scores[definition.signature], w[prefix + sig_kind] * factor)
             for u in definition.units:
-                kind = "docstring" if analysis.units[u].kind == "docstring" else "body"
-                scores[u] = max(scores[u], w[prefix + kind] * factor)
+                unit = analysis.units[u]
+                kind = "docstring" if unit.kind == "docstring" else "body"
+                scores[u] = max(scores[u], w[prefix + kind] * factor * (1 if unit.head else DOC_REST))
     return scores

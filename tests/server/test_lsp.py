@@ -119,7 +119,8 @@ async def test_utf16_positions_with_emoji_cjk_and_crlf(tmp_path, repeater_model_
 
 
 async def test_cancel_request_stops_generation_quickly(tmp_path, repeater_model_dir):
-    async with lsp_session(tmp_path, {"model": str(repeater_model_dir), "max_new_tokens": 1024}) as client:
+    options = {"model": str(repeater_model_dir), "max_new_tokens": 1024, "speculative": False}
+    async with lsp_session(tmp_path, options) as client:
         uri = open_doc(client, tmp_path / "a.py")
         await inline(client, uri, 0, 0)  # warm up: the model is loaded
         params = types.InlineCompletionParams(
@@ -144,14 +145,16 @@ async def test_cancel_request_stops_generation_quickly(tmp_path, repeater_model_
 
 
 async def test_newer_request_supersedes_the_older(tmp_path, repeater_model_dir):
-    async with lsp_session(tmp_path, {"model": str(repeater_model_dir), "max_new_tokens": 400}) as client:
+    # Plain decoding keeps the older generation running long enough to be superseded.
+    options = {"model": str(repeater_model_dir), "max_new_tokens": 1024, "speculative": False}
+    async with lsp_session(tmp_path, options) as client:
         uri = open_doc(client, tmp_path / "a.py")
         await inline(client, uri, 0, 0)
         older = asyncio.ensure_future(inline(client, uri, 1, 4))
         await asyncio.sleep(0.2)
         newer = await inline(client, uri, 1, 4)
         assert not (await older).items  # superseded: no stale suggestion
-        assert newer.items and len(newer.items[0].insert_text) == 400
+        assert newer.items and len(newer.items[0].insert_text) == 1024
         assert (await status(client))["requests"]["superseded"] >= 1
 
 

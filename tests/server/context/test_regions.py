@@ -229,3 +229,20 @@ def test_analyses_are_cached_by_content():
     doc = Document("file:///a.py", PYTHON, "python")
     first = analyze(*doc.snapshot(), "python")
     assert analyze(*Document("file:///other.py", PYTHON, "python").snapshot(), "python") is first
+
+
+def test_long_docstrings_split_into_a_head_with_its_closing_line_and_the_rest():
+    doc_lines = "".join(f"    line {i}\n" for i in range(10))
+    text = f'def f():\n    """Summary.\n\n{doc_lines}    """\n    return 1\n'
+    units, _, _ = outline(text, "python")
+    assert ("docstring", 2, 5, "+14", "f") in units  # head: first lines, plus the closing quotes
+    assert ("docstring", 6, 13, "f") in units
+
+
+def test_body_chunks_never_cut_a_multi_line_string():
+    sql = "".join(f"        column_{i},\n" for i in range(20))
+    text = f'def query():\n    a = 1\n    q = """\n        SELECT\n{sql}    """\n    return q\n'
+    units, _, _ = outline(text, "python")
+    bodies = [u for u in units if u[0] == "body"]
+    string_end = 3 + 1 + 20 + 1  # the row of the closing quotes
+    assert any(u[1] <= 3 and u[2] >= string_end for u in bodies), bodies
