@@ -99,11 +99,11 @@ def test_partial_text_is_reported_while_generating():
     assert seen == ["a", "ab", "abc"]
 
 
-def test_typing_the_start_of_a_suggestion_is_answered_from_its_rest():
-    calls = []
+def counting_loader(text: str, calls: list, delay: float = 0.0):
+    """An engine loader whose engine records every model call it is asked for."""
 
     def load(settings):
-        engine = FakeEngine("total += item")
+        engine = FakeEngine(text, delay)
         original = engine.stream
 
         def counting_stream(request, result):
@@ -113,7 +113,12 @@ def test_typing_the_start_of_a_suggestion_is_answered_from_its_rest():
         engine.stream = counting_stream
         return engine
 
-    suggester = Suggester(load_engine=load)
+    return load
+
+
+def test_typing_the_start_of_a_suggestion_is_answered_from_its_rest():
+    calls: list = []
+    suggester = Suggester(load_engine=counting_loader("total += item", calls))
     doc = Document("file:///a.py", "for item in items:\n    \n", "python")
     cursor = doc.text.index("    \n") + 4
 
@@ -134,20 +139,8 @@ def test_typing_the_start_of_a_suggestion_is_answered_from_its_rest():
 
 
 def test_a_running_generation_that_still_matches_is_joined_not_restarted():
-    starts = []
-
-    def load(settings):
-        engine = FakeEngine("abcdefghij", delay=0.03)
-        original = engine.stream
-
-        def counting_stream(request, result):
-            starts.append(request.prefix)
-            yield from original(request, result)
-
-        engine.stream = counting_stream
-        return engine
-
-    suggester = Suggester(load_engine=load)
+    starts: list = []
+    suggester = Suggester(load_engine=counting_loader("abcdefghij", starts, delay=0.03))
     doc = Document("file:///a.py", "x = \n", "python")
 
     async def scenario():
