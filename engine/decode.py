@@ -31,14 +31,19 @@ class PromptCache:
         self.prompt_tokens = 0
         self.reused_tokens = 0
         self.prefix_tree = prefix_tree  # earlier prompts' blocks, for prompts that do not extend the last one
+        self.reuse = True  # off for models whose cache cannot be cropped (sliding-window attention)
 
     def _reuse(self, model, input_ids: list[int]) -> int:
         """Bring the cache to the longest reusable prefix of `input_ids`; returns its length."""
         keep = min(kv.common_prefix_length(self.tokens, input_ids), len(input_ids) - 1)
         if self.cache is None:
             keep = 0
+        if not self.reuse:
+            self.cache = kv.new_cache(model)
+            return 0
         if self.prefix_tree is not None:
-            from_tree = min(self.prefix_tree.longest_prefix(input_ids), len(input_ids) - 1)
+            block = self.prefix_tree.block_tokens
+            from_tree = min(self.prefix_tree.longest_prefix(input_ids), len(input_ids) - 1) // block * block
             if from_tree > keep:
                 self.cache = self.prefix_tree.build_cache(model, input_ids, from_tree)
                 return from_tree
@@ -56,6 +61,7 @@ class PromptCache:
     def prefill(self, model, input_ids: list[int]) -> tuple[torch.Tensor, PrefillStats]:
         """Bring the cache to exactly `input_ids` and return the logits after the last one."""
         keep = self._reuse(model, input_ids)  # the last token always runs, for its logits
+        self.tokens = list(input_ids[:keep])  # what the cache holds, should the forward fail
         device = next(model.parameters()).device
         tail = torch.tensor([input_ids[keep:]], device=device)
         out = kv.forward(model, tail, self.cache)
@@ -67,6 +73,7 @@ class PromptCache:
     def prefill_hidden(self, model, input_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Like prefill, but also returns the last hidden state (for the draft heads)."""
         keep = self._reuse(model, input_ids)
+        self.tokens = list(input_ids[:keep])
         device = next(model.parameters()).device
         hidden = kv.forward_hidden(model, torch.tensor([input_ids[keep:]], device=device), self.cache)
         self.tokens = list(input_ids)
@@ -274,7 +281,7 @@ def speculative_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids
             stats.drafts.add(tree.sources[i], accepted=1)
         for i in range(1, len(tree)):
             stats.drafts.add(tree.sources[i], drafted=1)
-        if heads_drafter is not None and len(tree) > 1:
+        if heads_drafter is not None and heads_drafter in drafters and len(tree) > 1:
             stats.record_heads(heads_drafter.last_top1, accepted[1:] + [greedy_next[path[-1]]])
             if lookahead is not None and heads_drafter.last_confident:
                 lookahead.remember_confident(context[-3:] + [root], heads_drafter.last_confident)

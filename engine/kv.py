@@ -23,6 +23,12 @@ def new_cache(model) -> DynamicCache:
     return DynamicCache(config=model.config)
 
 
+def supports_reuse(model) -> bool:
+    """Whether the cache can be cropped and compacted: only full-attention layers keep every
+    position (sliding-window layers drop old ones, so prefix reuse and tree verification are off)."""
+    return all(type(layer).__name__ == "DynamicLayer" for layer in new_cache(model).layers)
+
+
 def cached_length(cache) -> int:
     return 0 if cache is None else int(cache.get_seq_length())
 
@@ -139,6 +145,8 @@ class PrefixTree:
 
     def longest_prefix(self, tokens: list[int]) -> int:
         """How many leading tokens of `tokens` the tree holds (a multiple of the block size)."""
+        if self.max_bytes <= 0:
+            return 0
         n = 0
         for key in self.block_keys(tokens):
             if key not in self.blocks:
@@ -147,12 +155,13 @@ class PrefixTree:
         return n
 
     def build_cache(self, model, tokens: list[int], length: int):
-        """A fresh cache holding the first `length` tokens (length from longest_prefix)."""
+        """A fresh cache holding the first `length` tokens; `length` must be a whole number of blocks
+        that longest_prefix found."""
+        assert length % self.block_tokens == 0, "build_cache takes whole blocks"
         cache = new_cache(model)
         keys = self.block_keys(tokens[:length])
         per_layer: list[list[tuple[torch.Tensor, torch.Tensor]]] = [self.blocks[k] for k in keys]
-        for k in keys:
-            self.blocks.move_to_end(k)
+        self._touch(keys)
         n_layers = len(per_layer[0])
         for layer in range(n_layers):
             k = torch.cat([blk[layer][0] for blk in per_layer], dim=-2)
@@ -165,18 +174,27 @@ class PrefixTree:
     def store(self, tokens: list[int], cache) -> None:
         """Keep the full blocks of `tokens` (whose KV `cache` holds) that the tree lacks."""
         if self.max_bytes <= 0:
+            self.blocks.clear()
+            self.bytes = 0
             return
-        for i, key in enumerate(self.block_keys(tokens[: cached_length(cache)])):
+        keys = self.block_keys(tokens[: cached_length(cache)])
+        for i, key in enumerate(keys):
             if key in self.blocks:
-                self.blocks.move_to_end(key)
                 continue
             a, b = i * self.block_tokens, (i + 1) * self.block_tokens
             block = [(layer.keys[..., a:b, :].clone(), layer.values[..., a:b, :].clone()) for layer in cache.layers]
             self.blocks[key] = block
             self.bytes += sum(k.numel() * k.element_size() * 2 for k, _ in block)
+        self._touch(keys)
         while self.bytes > self.max_bytes and self.blocks:
             _, block = self.blocks.popitem(last=False)
             self.bytes -= sum(k.numel() * k.element_size() * 2 for k, _ in block)
+
+    def _touch(self, keys: list[int]) -> None:
+        # Deepest first, so a prefix's first block is always its most recently used: eviction
+        # then takes chains from their ends and never strands blocks behind a missing parent.
+        for key in reversed(keys):
+            self.blocks.move_to_end(key)
 
     def stats(self) -> dict:
         return {"blocks": len(self.blocks), "bytes": self.bytes, "max_bytes": self.max_bytes,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -124,6 +125,9 @@ class Engine:
         self.eos_ids = self._eos_ids()
         self.end_ids = self.eos_ids | end_token_ids(self.fim, self.vocab)
         self.prompt_cache = decode.PromptCache(kv.PrefixTree())
+        # Sliding-window caches drop old positions: no cropping, so no reuse and no tree verification.
+        self.can_speculate = kv.supports_reuse(model)
+        self.prompt_cache.reuse = self.can_speculate
         self.speculative = True  # default for stream(); generate() takes it per call
         self.heads = DraftHeads.load(Path(model_dir)) if model_dir else None
         if self.heads is not None:
@@ -194,15 +198,25 @@ class Engine:
         """
         if not input_ids:
             raise ValueError("input_ids is empty: give at least one prompt token")
-        with self._lock:
+        with self._lock, self._clear_cache_on_error():
             return list(self._tokens(list(input_ids), max_new_tokens, self.eos_ids, None, speculative))
+
+    @contextlib.contextmanager
+    def _clear_cache_on_error(self):
+        """A forward pass that fails half way (out of memory, say) leaves the cache out of step with
+        its token list: forget it rather than reuse it."""
+        try:
+            yield
+        except BaseException:
+            self.prompt_cache.clear()
+            raise
 
     # Below this many new tokens a verification pass cannot pay for itself.
     MIN_SPECULATIVE_TOKENS = 3
 
     def _tokens(self, input_ids: list[int], max_new_tokens: int, end_ids: set[int], cancel,
                 speculative: bool) -> Iterator[int]:
-        if speculative and max_new_tokens >= self.MIN_SPECULATIVE_TOKENS:
+        if speculative and self.can_speculate and max_new_tokens >= self.MIN_SPECULATIVE_TOKENS:
             return decode.speculative_tokens(self.model, input_ids, max_new_tokens, end_ids, self.prompt_cache,
                                              self.drafters, self.controller, self.spec_stats, cancel,
                                              self.lookahead, self.heads_drafter)
@@ -214,7 +228,7 @@ class Engine:
         ids = self.prompt_ids(request.prefix, request.suffix)
         state = decode.StreamState()
         first_ms = None
-        with self._lock:
+        with self._lock, self._clear_cache_on_error():
             tokens = self._tokens(ids, request.max_new_tokens, self.end_ids, request.cancel, self.speculative)
             for piece in decode.stream_text(tokens, self.decode, request.stop, self.end_ids, state):
                 if first_ms is None:

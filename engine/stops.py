@@ -86,15 +86,14 @@ def held_back(text: str, rule: StopRule) -> int:
     candidates = [s for s in rule.stop_strings if s]
     if rule.suffix_line.strip():
         candidates.append(rule.suffix_line.strip())
-    if rule.next_suffix_line.strip() or rule.block_indent >= 0:
-        # The whole current line might turn out to be the repeated next line.
-        return len(text) - (text.rfind("\n") + 1) if "\n" in text else 0
     keep = 0
+    if (rule.next_suffix_line.strip() or rule.block_indent >= 0) and "\n" in text:
+        # The current line may turn out to repeat the next line, or to end the block.
+        keep = len(text) - text.rfind("\n")
     for s in candidates:
         for n in range(min(len(s), len(text)), 0, -1):
             if text.endswith(s[:n]):
                 keep = max(keep, n)
                 break
-    if text.endswith((" ", "\t")):
-        keep = max(keep, len(text) - len(text.rstrip(" \t")))
-    return keep
+    trailing = len(text) - len(text.rstrip())  # trailing blanks and newlines are trimmed at the end
+    return max(keep, trailing)

@@ -191,6 +191,10 @@ class ConfigSources:
     def file_changed(self) -> bool:
         return self.stamp() != self.file_stamp
 
+    def sets(self, key: str) -> bool:
+        """Whether any layer gives `key` a value (rather than leaving the default)."""
+        return any(key in layer for layer in (self.file_values, self.init_values, self.client_values))
+
     def settings(self) -> Settings:
         merged = {**self.file_values, **self.init_values, **self.client_values}
         return Settings(**merged)

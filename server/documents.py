@@ -67,6 +67,21 @@ def _utf16_to_index(line: str, units: int) -> int:
     return len(line)
 
 
+def _updated_line_starts(starts: list[int] | None, new: str, a: int, b: int, inserted: int) -> list[int] | None:
+    """The line starts after [a, b) was replaced by `inserted` characters: the lines around the edit
+    are rescanned (a line before too, since a "\r" + "\n" pair may have been split or joined), the
+    later ones shifted, so a keystroke does not rescan the whole file."""
+    if starts is None:
+        return None
+    delta = inserted - (b - a)
+    first = max(0, bisect.bisect_right(starts, a) - 2)
+    last = bisect.bisect_right(starts, b + 1)  # starts from here on lie past the edit: shifted, kept
+    low = starts[first]
+    high = starts[last] + delta if last < len(starts) else len(new)
+    middle = [m.end() for m in LINE_END.finditer(new, low, high) if m.end() < high or last == len(starts)]
+    return starts[:first + 1] + middle + [s + delta for s in starts[last:]]
+
+
 @dataclass
 class Document:
     uri: str
@@ -140,7 +155,8 @@ class Document:
                         start_byte + len(_encode(text)), _point(old, a), _point(old, b), _point(new, a + len(text)))
         with self._tree_lock:
             self.text = new
-            self._line_starts = None
+            self._line_starts = None if start is None else _updated_line_starts(self._line_starts, new, a, b,
+                                                                                len(text))
             if self._tree is not None:
                 if start is None or end is None:
                     self._tree = None  # a whole-document replacement: parse afresh

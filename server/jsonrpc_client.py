@@ -18,6 +18,7 @@ class LspProcess:
         self._pending: dict[int, asyncio.Future] = {}
         self.notifications: list[tuple[str, Any]] = []
         self._reader: asyncio.Task | None = None
+        self.closed = False
 
     async def start(self) -> None:
         self.proc = await asyncio.create_subprocess_exec(
@@ -26,6 +27,15 @@ class LspProcess:
         self._reader = asyncio.create_task(self._read_loop())
 
     async def _read_loop(self) -> None:
+        try:
+            await self._read_messages()
+        finally:  # whatever ended the loop, nobody may wait forever for an answer
+            self.closed = True
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(ConnectionError("memosight-lsp closed the connection"))
+
+    async def _read_messages(self) -> None:
         assert self.proc and self.proc.stdout
         reader = self.proc.stdout
         while True:
@@ -33,9 +43,6 @@ class LspProcess:
             while True:
                 line = await reader.readline()
                 if not line:
-                    for fut in self._pending.values():
-                        if not fut.done():
-                            fut.set_exception(ConnectionError("memosight-lsp exited"))
                     return
                 line = line.strip()
                 if not line:
@@ -43,7 +50,9 @@ class LspProcess:
                 name, _, value = line.decode().partition(":")
                 if name.lower() == "content-length":
                     length = int(value)
-            message = json.loads(await reader.readexactly(length or 0))
+            if not length:
+                raise ConnectionError("a message without Content-Length")
+            message = json.loads(await reader.readexactly(length))
             if "method" in message and "id" in message:  # a request from the server: answer null
                 self._write({"jsonrpc": "2.0", "id": message["id"], "result": None})
             elif "method" in message:
@@ -64,6 +73,9 @@ class LspProcess:
     def request(self, method: str, params: Any) -> tuple[int, asyncio.Future]:
         msg_id = next(self._ids)
         fut = asyncio.get_running_loop().create_future()
+        if self.closed:
+            fut.set_exception(ConnectionError("memosight-lsp closed the connection"))
+            return msg_id, fut
         self._pending[msg_id] = fut
         self._write({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
         return msg_id, fut

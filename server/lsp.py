@@ -56,7 +56,8 @@ class MemoSightServer(LanguageServer):
 
     def apply_settings(self) -> None:
         settings = self.settings
-        logging.getLogger("memosight").setLevel(settings.log_level.upper())
+        if self.config.sets("log_level"):  # else --log-level of the command line stands
+            logging.getLogger("memosight").setLevel(settings.log_level.upper())
         self.suggester.ensure_engine(settings)
 
     def document(self, uri: str) -> Document:
@@ -222,6 +223,8 @@ async def _suggest(ls: MemoSightServer, uri: str, position: types.Position) -> t
         return None, doc
     cursor = doc.offset_at(_to_position(position))
     request_id = ls.protocol.msg_id
+    # Edits may arrive while this request waits; positions in the answer refer to this text.
+    seen = Document(doc.uri, doc.text, doc.language, doc.version)
 
     def on_partial(text: str) -> None:  # only for clients that asked for streaming (see wants_partials)
         ls.protocol.notify(PARTIAL_METHOD, {"id": request_id, "uri": uri, "position": {"line": position.line,
@@ -234,8 +237,10 @@ async def _suggest(ls: MemoSightServer, uri: str, position: types.Position) -> t
         ls.suggester.counters.errors += 1
         ls.suggester.load_error = str(exc)
         ls.report(f"MemoSight: {exc}", types.MessageType.Error)
-        return None, doc
-    return suggestion, doc
+        return None, seen
+    while ls.suggester.messages:
+        ls.report(ls.suggester.messages.pop(0), types.MessageType.Error)
+    return suggestion, seen
 
 
 def wants_partials(ls: MemoSightServer) -> bool:

@@ -6,6 +6,7 @@ Plain Python with no LSP types, so tests drive it directly; lsp.py only translat
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from memosight.engine.request import CompletionRequest, StopRule
 
 from .config import Settings
-from .context.packing import ContextCompressor, PackedContext
+from .context.packing import ContextCompressor, PackedContext, truncate_around_cursor
 from .documents import Document
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,7 @@ class Suggester:
         self._engine_key: tuple | None = None
         self._jobs: dict[str, Job] = {}
         self._shown: dict[str, Shown] = {}
+        self.messages: list[str] = []  # for the user, shown by the LSP layer (e.g. a model fell back)
         self.counters = Counters()
         self.load_error: str | None = None
         self.compressor = ContextCompressor()
@@ -161,15 +163,29 @@ class Suggester:
     def ensure_engine(self, settings: Settings) -> Future:
         """Start loading the engine that `settings` name, unless it is loaded or loading already."""
         key = (settings.model, settings.device, settings.dtype)
-        if self._engine_future is None or key != self._engine_key:
+        if self._engine_future is None or key != self._engine_key or self._engine_future.cancelled():
             self._engine_key = key
             self.load_error = None
-            self._engine_future = self._executor.submit(self._load_engine, settings)
+            self._engine_future = self._executor.submit(self._load_with_fallback, settings)
         return self._engine_future
+
+    def _load_with_fallback(self, settings: Settings):
+        """Load what `settings` name; if that fails, say why and load the defaults for the model,
+        device and dtype keys instead, so a bad value costs that key only."""
+        try:
+            return self._load_engine(settings)
+        except Exception as exc:
+            defaults = Settings()
+            fallback = dataclasses.replace(settings, model=defaults.model, device=defaults.device,
+                                           dtype=defaults.dtype)
+            if fallback == settings:
+                raise
+            self.messages.append(f"MemoSight: {exc}. Using the default model, device and dtype instead.")
+            return self._load_engine(fallback)
 
     def engine_if_ready(self):
         f = self._engine_future
-        if f is not None and f.done() and f.exception() is None:
+        if f is not None and f.done() and not f.cancelled() and f.exception() is None:
             return f.result()
         return None
 
@@ -212,8 +228,13 @@ class Suggester:
         (`others`, else `open_documents()`) packed into settings.context_budget model tokens."""
         if others is None:
             others = self.open_documents() if self.open_documents is not None else []
-        return self.compressor.build(doc, cursor, settings.context_budget, settings.suffix_share,
-                                     engine.count_tokens, others)
+        try:
+            return self.compressor.build(doc, cursor, settings.context_budget, settings.suffix_share,
+                                         engine.count_tokens, others)
+        except Exception:  # noqa: BLE001 - a compressor bug must not cost the user the completion
+            log.exception("context compression failed; falling back to plain truncation")
+            return truncate_around_cursor(doc.text, cursor, settings.context_budget, settings.suffix_share,
+                                          engine.count_tokens, doc.path)
 
     async def suggest(self, doc: Document, cursor: int, settings: Settings,
                       on_partial: Callable[[str], None] | None = None) -> Suggestion | None:
@@ -223,6 +244,7 @@ class Suggester:
         """
         self.counters.requests += 1
         started = time.perf_counter()
+        text, version = doc.text, doc.version  # the document as this request saw it
         rest = self.typing_through(doc, cursor)
         if rest is not None:
             old = self._jobs.pop(doc.uri, None)
@@ -239,11 +261,12 @@ class Suggester:
         loop = asyncio.get_running_loop()
         try:
             if gen.future is None:
-                engine = await asyncio.wrap_future(self.ensure_engine(settings))
+                # shield: cancelling this request must not cancel the shared engine load
+                engine = await asyncio.shield(asyncio.wrap_future(self.ensure_engine(settings)))
                 if gen.cancel.is_set():
                     return self._finish_cancelled(job)
                 gen.future = self._executor.submit(self._generate, engine, doc, cursor, settings, gen,
-                                                   on_partial, loop)
+                                                   on_partial, loop, version)
             # shield: a joined request that is cancelled must not cancel the shared generation's future
             suggestion = await asyncio.shield(asyncio.wrap_future(gen.future))
         except asyncio.CancelledError:
@@ -257,7 +280,7 @@ class Suggester:
         if job.superseded or gen.cancel.is_set():
             return self._finish_cancelled(job)
         if suggestion is not None and suggestion.offset != cursor:  # joined: drop what was typed since
-            typed = doc.text[suggestion.offset:cursor]
+            typed = text[suggestion.offset:cursor]
             if suggestion.text.startswith(typed) and len(suggestion.text) > len(typed):
                 suggestion = Suggestion(suggestion.text[len(typed):], cursor,
                                         (time.perf_counter() - started) * 1000, suggestion.prompt_tokens,
@@ -267,7 +290,7 @@ class Suggester:
         if suggestion is None or not suggestion.text:
             self.counters.empty += 1
             return None
-        self._shown[doc.uri] = Shown(doc.text[:cursor], doc.text[cursor:], suggestion.text)
+        self._shown[doc.uri] = Shown(text[:cursor], text[cursor:], suggestion.text)
         self.counters.completed += 1
         self.counters.latencies_ms.append(suggestion.latency_ms)
         return suggestion
@@ -280,14 +303,19 @@ class Suggester:
         return None
 
     def _generate(self, engine, doc: Document, cursor: int, settings: Settings, gen: Generation,
-                  on_partial, loop) -> Suggestion | None:
-        """Runs on the engine thread: context, generation, post-processing."""
-        if gen.cancel.is_set():
+                  on_partial, loop, version: int) -> Suggestion | None:
+        """Runs on the engine thread: context, generation, post-processing.
+
+        The document may change while this waits for the thread; `cursor` belongs to `version`,
+        so a changed document means a stale request (a newer one follows from the editor)."""
+        if gen.cancel.is_set() or doc.version != version:
             return None
         start = time.perf_counter()
         apply_engine_settings(engine, settings)
         stop, multiline = completion_mode(doc, cursor, settings)
         context = self.build_context(engine, doc, cursor, settings)
+        if doc.version != version:  # an edit arrived while the context was built
+            return None
         request = CompletionRequest(context.prefix, context.suffix, doc.language, settings.max_new_tokens,
                                     stop, gen.cancel)
         result: dict = {}

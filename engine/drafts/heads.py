@@ -95,6 +95,7 @@ class HeadDrafter:
         return torch.topk(probs, max(self.top_k), dim=-1)
 
     def propose(self, state: DraftState) -> list[Candidate]:
+        self.last_top1, self.last_confident = [], []
         if state.hidden is None:
             return []
         probs, tokens = self.guesses(state.hidden)

@@ -13,15 +13,17 @@ def lookup(tokens: list[int], tail: list[int], max_len: int, max_matches: int, *
     n = len(tail)
     end = (len(tokens) if search_end is None else search_end) - n
     found: list[list[int]] = []
+    short: list[list[int]] = []  # matches right at the end (runs like "===="): kept as a last resort
     first = tail[0]
     for i in range(end - 1, -1, -1):
         if tokens[i] == first and tokens[i:i + n] == tail:
             cont = tokens[i + n:i + n + max_len]
-            if cont and cont not in found:
-                found.append(cont)
+            target = found if len(cont) >= min(max_len, 4) else short
+            if cont and cont not in target:
+                target.append(cont)
                 if len(found) >= max_matches:
                     break
-    return found
+    return (found + short)[:max_matches]
 
 
 class NgramDrafter:
@@ -38,7 +40,7 @@ class NgramDrafter:
             if len(ctx) <= n:
                 continue
             conts = lookup(ctx, ctx[-n:], min(self.max_len, state.max_len), self.max_matches,
-                           search_end=len(ctx) - 1)
+                           search_end=len(ctx))
             if conts:
                 return [Candidate(c, self.name, score=0.5 + 0.1 * n - 0.01 * k) for k, c in enumerate(conts)]
         return []

@@ -168,9 +168,15 @@ def epoch_windows(tokenizer, texts: list[str], seq_len: int, seed: int, epoch: i
 def eval_windows(tokenizer, texts: list[str], seq_len: int, max_tokens: int | None = None) -> torch.Tensor:
     """Held-out windows: plain left-to-right documents, in a fixed order, no FIM."""
     windows = pack_windows(encode_pieces(tokenizer, [[t, EOS] for t in texts]), seq_len + 1)
-    if max_tokens:
-        windows = windows[: max(1, max_tokens // (seq_len + 1))]
-    return windows
+    return spread_sample(windows, max_tokens) if max_tokens else windows
+
+
+def spread_sample(windows: torch.Tensor, max_tokens: int) -> torch.Tensor:
+    """At most max_tokens worth of windows, evenly spaced so that every part of the data counts."""
+    n = max(1, max_tokens // windows.shape[1])
+    if n >= len(windows):
+        return windows
+    return windows[torch.linspace(0, len(windows) - 1, n).long()]
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -348,7 +354,10 @@ def train(model, tokenizer, train_texts: list[str], val_windows: torch.Tensor, s
         state.tokens_seen += tokens_per_step
         state.train_seconds = base_seconds + (time.time() - started)
         speed = (state.step - window_step0) * tokens_per_step / max(1e-6, time.time() - window_t0)
-        bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.1e}", tok_s=f"{speed:,.0f}", epoch=epoch, refresh=False)
+        postfix = dict(loss=f"{loss.item():.3f}", lr=f"{lr:.1e}", tok_s=f"{speed:,.0f}", epoch=epoch)
+        if cfg.max_minutes:  # the bar's own ETA counts steps; a time budget ends the run sooner
+            postfix["budget_left"] = f"{max(0.0, cfg.max_minutes - state.train_seconds / 60):.0f}min"
+        bar.set_postfix(**postfix, refresh=False)
         bar.update(1)
         if state.step % 50 == 0:
             window_t0, window_step0 = time.time(), state.step

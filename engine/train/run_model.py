@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 CORPUS_HELP = ("source of training code; repeatable. 'stdlib' = the Python standard library of this "
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         tokenizer = load_tokenizer(tokenizer_dir)
 
     if not continuing:
-        model_config = M.ModelConfig(**{**M.asdict(M.PRESETS[args.size]), "vocab_size": len(tokenizer),
+        model_config = M.ModelConfig(**{**asdict(M.PRESETS[args.size]), "vocab_size": len(tokenizer),
                                         "eos_token_id": tokenizer.eos_token_id})
         train_config = M.TrainConfig(seq_len=args.seq_len, batch_size=args.batch, lr=args.lr, warmup_steps=args.warmup,
                                      tokens=(args.steps * args.batch * args.seq_len) if args.steps else args.tokens,
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         state.train_config.max_minutes = args.max_minutes
     params = M.count_params(model)
     cfg = state.train_config
-    log(f"model: {params:,} params {M.asdict(state.model_config)}; training {cfg.tokens:,} tokens = {cfg.steps()} steps")
+    log(f"model: {params:,} params {asdict(state.model_config)}; training {cfg.tokens:,} tokens = {cfg.steps()} steps")
 
     val_texts = [f.text for f in corpus.validation] or [f.text for f in corpus.train[:1]]
     val_windows = M.eval_windows(tokenizer, val_texts, cfg.seq_len)
@@ -141,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
 
     final: dict[str, M.HeldOut] = {}
-    final["validation (all sources)"] = M.evaluate(model, val_windows[: max(1, args.final_eval_tokens // (cfg.seq_len + 1))],
+    final["validation (all sources)"] = M.evaluate(model, M.spread_sample(val_windows, args.final_eval_tokens),
                                                    autocast=cfg.bf16)
     stdlib_val = [f.text for f in corpus.validation if f.path.startswith("python-stdlib")]
     if stdlib_val:
@@ -163,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     card = M.model_card(state, params, corpus.licence_lines(), corpus_stats, final)
     metrics = {"params": params, "tokens": state.tokens_seen, "steps": state.step,
                "train_minutes": round(state.train_seconds / 60, 2), "history": state.history,
-               "final": {k: M.asdict(v) for k, v in final.items()}, "command": state.command}
+               "final": {k: asdict(v) for k, v in final.items()}, "command": state.command}
     M.export_model(model, tokenizer, export_dir, card, metrics)
     log(f"exported to {export_dir} ({M.folder_megabytes(export_dir):.1f} MB)")
     print(f"exported to {export_dir} ({M.folder_megabytes(export_dir):.1f} MB)", file=sys.stderr)

@@ -57,8 +57,9 @@ USE_WINDOW_LINES = 40  # identifiers this close to the cursor (within its functi
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Names a line binds: assignment targets (`a, self.b = ...`, `let x =`, `x := ...`), loop and `as` names.
-BINDING = re.compile(r"^\s*(?:(?:let|const|var|mut)\s+)*([\w.,\s\[\]*]+?)\s*(?::[^=\n]+)?(?:[-+*/|&]|:)?=(?!=)"
-                     r"|\bfor\s+([\w\s,()]+?)\s+in\b|\bas\s+(\w+)", re.MULTILINE)
+ASSIGNED = re.compile(r"[\w., \t\[\]*]+")
+DECLARATION_WORDS = re.compile(r"^[ \t]*(?:(?:let|const|var|mut)[ \t]+)*")
+LOOP_OR_AS = re.compile(r"\bfor[ \t]+([\w \t,()]+?)[ \t]+in\b|\bas[ \t]+(\w+)")
 # Words of import syntax and very common names: never a reason to keep an import or a definition.
 STOP_WORDS = frozenset({
     "import", "from", "as", "use", "crate", "self", "super", "pub", "package", "require", "export",
@@ -227,7 +228,9 @@ def _analyze(text: str, tree, language_id: str) -> FileAnalysis:
     stack: list[int] = []
     body_rows: dict[int, tuple[int, int]] = {}
     for start, neg_end, kind, name, node in found:
-        end = -neg_end
+        end = min(-neg_end, n - 1)  # a node may end on the empty row after the last newline
+        if start > end:
+            continue
         while stack and definitions[stack[-1]].end < start:
             stack.pop()
         parent = stack[-1] if stack else -1
@@ -242,7 +245,7 @@ def _analyze(text: str, tree, language_id: str) -> FileAnalysis:
         else:
             # The header runs to the end of what precedes the body (comments aside), and takes the
             # body's first row when the body starts mid-line (`fn f() {`) or with a brace of its own.
-            body_start = body.start_point[0]
+            body_start = min(body.start_point[0], end)
             before = body.prev_sibling
             while before is not None and before.is_extra:
                 before = before.prev_sibling
@@ -337,8 +340,15 @@ def identifiers(text: str) -> set[str]:
 def bound_names(text: str) -> set[str]:
     """Names that `text` assigns (roughly, for any language): what a later use may refer to."""
     names = set()
-    for match in BINDING.finditer(text):
-        names.update(IDENTIFIER.findall(next(g for g in match.groups() if g is not None)))
+    for line in text.split("\n"):
+        eq = line.find("=")
+        if eq > 0 and line[eq + 1:eq + 2] not in ("=", ">") and line[eq - 1] not in "=!<>":
+            target = line[:eq].rstrip("+-*/%|&^@: \t").split(":", 1)[0]  # `x += 1`, `x := 1`, `x: int = 1`
+            target = DECLARATION_WORDS.sub("", target)
+            if target and ASSIGNED.fullmatch(target):
+                names.update(IDENTIFIER.findall(target))
+    for match in LOOP_OR_AS.finditer(text):
+        names.update(IDENTIFIER.findall(match.group(1) or match.group(2)))
     return names - STOP_WORDS
 
 

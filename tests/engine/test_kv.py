@@ -66,3 +66,28 @@ def test_one_typed_character_prefills_only_the_tail(tiny_model_dir):
     prompt = engine.prompt_cache.prompt_tokens - before_prompt
     reused = engine.prompt_cache.reused_tokens - before_reused
     assert prompt > 500 and prompt - reused <= 4
+
+
+def test_block_aligned_prompt_served_from_the_tree_stays_exact(tiny_model_dir):
+    engine = load_engine(str(tiny_model_dir), device="cpu")
+    tree = engine.prompt_cache.prefix_tree
+    tree.block_tokens = 8
+    base = engine.encode("def f(a, b):\n    return a * b + a - b\n" * 4)
+    a = (base * 3)[:32]  # a whole number of blocks
+    b = list(reversed(a))
+    expected = engine.generate(a, 6, speculative=False)
+    engine.prompt_cache.remember()
+    engine.generate(b, 6, speculative=False)
+    engine.prompt_cache.remember()
+    assert engine.generate(a, 6, speculative=False) == expected
+    assert engine.prompt_cache.cache.get_seq_length() == len(engine.prompt_cache.tokens)
+
+
+def test_zero_byte_cap_disables_the_tree(tiny_model_dir):
+    engine = load_engine(str(tiny_model_dir), device="cpu")
+    ids = engine.encode("import os\n" * 40)
+    engine.generate(ids, 2)
+    engine.prompt_cache.remember()
+    engine.set_kv_cache_bytes(0)
+    tree = engine.prompt_cache.prefix_tree
+    assert tree.bytes == 0 and not tree.blocks and tree.longest_prefix(ids) == 0

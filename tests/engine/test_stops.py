@@ -43,3 +43,10 @@ def test_block_end_stops_at_the_first_dedented_line():
     cut = apply_stop_rule(text, rule)
     assert cut.text == "\n        total = 0\n        return total"
     assert cut.reason == "block_end"
+
+
+def test_multi_line_streaming_holds_back_what_a_rule_may_still_cut():
+    rule = StopRule(suffix_line="):", next_suffix_line="    return x", block_indent=0)
+    assert held_back("foo)", rule) == 1  # ")" may be the start of the rest of the line
+    text = "a\n\n"
+    assert held_back(text, rule) >= 2  # blank lines at the end are trimmed, never streamed

@@ -95,3 +95,17 @@ def test_whole_document_replacement_and_unknown_languages():
     doc.apply_change("package other\n\nfunc F() int { return 1 }\n")
     assert str(doc.tree.root_node) == str(_fresh_tree(doc).root_node)
     assert Document("file:///a.txt", "plain text", "plaintext").tree is None
+
+
+def test_line_starts_stay_right_through_random_edits():
+    import random
+
+    rng = random.Random(7)
+    pieces = ["a", "\n", "\r", "\r\n", "xy", "😀", "\n\n", ""]
+    doc = Document("file:///a.py", "one\r\ntwo\rthree\nfour\n")
+    for _ in range(400):
+        _ = doc.line_starts  # keep the table live, so edits update it in place
+        start = doc.position_at(rng.randrange(len(doc.text) + 1))
+        end = doc.position_at(rng.randrange(doc.offset_at(start), len(doc.text) + 1))
+        doc.apply_change("".join(rng.choice(pieces) for _ in range(rng.randrange(3))), start, end)
+        assert doc.line_starts == Document(doc.uri, doc.text).line_starts, repr(doc.text)

@@ -225,10 +225,11 @@ async def test_bad_requests_get_clear_answers_and_the_server_stays_up(tmp_path, 
         assert (await status(client))["state"] == "ready"
 
 
-async def test_missing_model_folder_is_reported_and_the_server_stays_up(tmp_path):
+async def test_missing_model_folder_is_reported_and_the_default_model_used(tmp_path):
     async with lsp_session(tmp_path, {"model": str(tmp_path / "missing-model")}) as client:
         uri = open_doc(client, tmp_path / "a.py")
-        assert not (await inline(client, uri, 1, 4)).items
-        assert any("missing-model" in m.message and "does not exist" in m.message for m in client.messages)
+        await inline(client, uri, 1, 4)
+        assert any("missing-model" in m.message and "does not exist" in m.message and "default model" in m.message
+                   for m in client.messages)
         info = await status(client)
-        assert info["state"] == "error" and "missing-model" in info["error"]
+        assert info["state"] == "ready" and info["model"] == "default"

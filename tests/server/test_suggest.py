@@ -168,3 +168,16 @@ def test_build_context_compresses_with_the_other_open_documents():
     alone = suggester.build_context(FakeEngine(""), doc, len(doc.text), Settings(context_budget=128), others=[])
     assert "def far_helper(count" not in alone.prefix
     suggester.shutdown()
+
+
+def test_build_context_falls_back_to_truncation_if_compression_fails():
+    suggester = Suggester()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("bug")
+
+    suggester.compressor.build = broken
+    doc = Document("file:///a.py", "x = 1\ny = 2\n", "python")
+    packed = suggester.build_context(FakeEngine(""), doc, 6, Settings(context_budget=64))
+    assert packed.prefix == "x = 1\n" and packed.suffix == "y = 2\n"
+    suggester.shutdown()

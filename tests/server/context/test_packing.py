@@ -148,3 +148,18 @@ def test_truncation_baseline_keeps_whole_lines_around_the_cursor():
     cursor = text.index("x50")
     packed = truncate_around_cursor(text, cursor, 40, 0.25, WORDS)
     assert packed.prompt_tokens <= 40 and packed.prefix.endswith("x49 = 49\n") and packed.suffix.startswith("x50")
+
+
+def test_a_name_typed_while_inside_a_function_brings_its_definition_in():
+    doc = Document("file:///m.py", python_module(300) + "\n\ndef use(items):\n    total = 0\n    \n", "python")
+    compressor = ContextCompressor()
+    row = doc.line_count - 2
+    before = compressor.build(doc, doc.offset_at(Position(row, 4)), 256, 0.25, PIECES)
+    assert "LIMIT = 7919" not in before.prefix
+    typed = "limit = LIMIT + 1"
+    for i, ch in enumerate(typed):
+        doc.apply_change(ch, Position(row, 4 + i), Position(row, 4 + i))
+        packed = compressor.build(doc, doc.offset_at(Position(row, 5 + i)), 256, 0.25, PIECES)
+        if typed[:i + 1] == "limit = LIMIT":  # still typing the name: no reason to change yet
+            assert "LIMIT = 7919" not in packed.prefix
+    assert "LIMIT = 7919  # the needle\n" in packed.prefix  # the name is complete: its definition came in

@@ -189,8 +189,9 @@ def test_unknown_language_has_no_units():
 
 
 def test_bound_names():
-    text = "a, self.b = 1\nx: int = 3\ny += 2\nfor i, j in z:\nwith open(f) as fh:\nif a == b:\nf(k=1)\nlet mut q = 2;\nr := 3\n"
-    assert bound_names(text) == {"a", "b", "x", "y", "i", "j", "fh", "q", "r"}
+    text = ("a, self.b = 1\nx: int = 3\ny += 2\nfor i, j in z:\nwith open(f) as fh:\nif a == b:\nf(k=1)\n"
+            "let mut q = 2;\nr := 3\nconst f = (a) => a;\n")
+    assert bound_names(text) == {"a", "b", "x", "y", "i", "j", "fh", "q", "r", "f"}
 
 
 def test_scores_rank_enclosing_then_used_definitions_then_far_code():
@@ -209,7 +210,8 @@ def test_scores_rank_enclosing_then_used_definitions_then_far_code():
 
 
 def test_the_nearest_of_several_definitions_of_a_name_counts_most():
-    text = "class A:\n    def run(self):\n        pass\n\n\nclass B:\n    def run(self):\n        pass\n\n\nx = B().run()\n"
+    text = ("class A:\n    def run(self):\n        pass\n\n\n"
+            "class B:\n    def run(self):\n        pass\n\n\nx = B().run()\n")
     doc = Document("file:///a.py", text, "python")
     analysis = analyze(*doc.snapshot(), "python")
     scores = score_units(analysis, {"run"}, 10, [])

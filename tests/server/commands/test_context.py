@@ -1,0 +1,18 @@
+import json
+
+from memosight.server.cli import main
+
+
+def test_context_command_prints_the_packed_context_as_json(tmp_path, tiny_model_dir, capsys):
+    source = tmp_path / "m.py"
+    helpers = "".join(f"def helper_{i}(x):\n    return x + {i}\n\n\n" for i in range(200))
+    source.write_text("LIMIT = 7919\n\n\n" + helpers + "def use(items):\n    n = helper_3(LIMIT)\n    \n")
+    line = source.read_text().count("\n")  # the last, indented line
+    assert main(["context", f"{source}:{line}:5", "--budget", "128", "--model", str(tiny_model_dir),
+                 "--device", "cpu", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"prefix", "suffix", "prompt_tokens", "regions"} and 0 < out["prompt_tokens"] <= 128
+    assert "LIMIT = 7919" in out["prefix"] and "def helper_3(x):" in out["prefix"]
+    assert out["prefix"].endswith("def use(items):\n    n = helper_3(LIMIT)\n    ")
+    assert {r["kind"] for r in out["regions"]} >= {"cursor_prefix", "variable", "signature"}
+    assert all(r["path"] == str(source.resolve()) for r in out["regions"])
