@@ -30,6 +30,7 @@ class HeadsTrainConfig:
     lr: float = 1e-3  # peak learning rate (cosine decay after warmup)
     warmup: int = 30  # warmup steps
     decay: float = 0.8  # per-head loss weight decay**k
+    positions: int = 512  # positions per step whose head logits are scored (the vocab projection dominates)
     seed: int = 1337
     checkpoint_every: int = 100
 
@@ -58,15 +59,19 @@ def base_outputs(model, windows: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return hidden, greedy
 
 
-def head_losses(heads: DraftHeads, lm_head, hidden: torch.Tensor, greedy: torch.Tensor) -> list[torch.Tensor]:
-    """Cross-entropy of head k (1-based) against greedy[:, t+k] at every position t where it exists."""
-    out = heads(hidden)  # (K, B, T, H)
-    losses = []
-    for k in range(1, out.shape[0] + 1):
-        h = out[k - 1][:, :-k]  # (B, T-k, H)
-        logits = lm_head(h)  # (B, T-k, V)
-        losses.append(F.cross_entropy(logits.flatten(0, 1).float(), greedy[:, k:].flatten()))
-    return losses
+def head_losses(heads: DraftHeads, lm_head, hidden: torch.Tensor, greedy: torch.Tensor,
+                positions: int | None = None, generator: torch.Generator | None = None) -> list[torch.Tensor]:
+    """Cross-entropy of head k (1-based) against greedy[:, t+k], at `positions` random positions t
+    (all of them when None) below T - K, so every head sees the same positions."""
+    k_heads = len(heads.heads)
+    b, t, h = hidden.shape
+    flat = hidden[:, : t - k_heads].reshape(-1, h)  # (B*(T-K), H)
+    index = torch.arange(flat.shape[0], device=hidden.device)
+    if positions is not None and positions < len(index):
+        index = torch.randperm(len(index), generator=generator)[:positions].to(hidden.device)
+    rows, cols = index // (t - k_heads), index % (t - k_heads)
+    out = heads(flat[index])  # (K, P, H)
+    return [F.cross_entropy(lm_head(out[k - 1]).float(), greedy[rows, cols + k]) for k in range(1, k_heads + 1)]
 
 
 @torch.no_grad()
@@ -110,7 +115,8 @@ def train_heads(model, heads: DraftHeads, windows: torch.Tensor, cfg: HeadsTrain
         rng = random.Random(cfg.seed * 1_000_003 + state.step)  # the batch depends on the step only: resumable
         batch = windows[[rng.randrange(len(windows)) for _ in range(cfg.batch)]]
         hidden, greedy = base_outputs(model, batch)
-        losses = head_losses(heads, lm_head, hidden, greedy)
+        losses = head_losses(heads, lm_head, hidden, greedy, cfg.positions,
+                             torch.Generator().manual_seed(cfg.seed + state.step))
         loss = sum(w * l for w, l in zip(weights, losses)) / sum(weights)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(state.step, cfg)

@@ -27,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--positions", type=int, default=512, help="positions scored per step (default 512)")
     parser.add_argument("--decay", type=float, default=0.8, help="per-head loss weight decay**k (default 0.8)")
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--max-files", type=int, default=2000, help="cap on corpus files read")
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     save_to = Path(args.save_to) if args.save_to else (
         Path(engine.name) if args.model else Path(__file__).resolve().parents[1] / "models" / "default")
     cfg = H.HeadsTrainConfig(num_heads=args.heads, num_layers=args.layers, seq_len=args.seq_len, batch=args.batch,
-                             steps=args.steps, lr=args.lr, decay=args.decay, seed=args.seed,
+                             steps=args.steps, lr=args.lr, decay=args.decay, positions=args.positions, seed=args.seed,
                              checkpoint_every=args.checkpoint_every)
     corpus = build_corpus(resolve_sources(args.corpus or ["stdlib"]))
     rng = __import__("random").Random(args.seed)
