@@ -41,15 +41,36 @@ def detect_template(vocab: dict[str, int]) -> FimTemplate:
 
 
 def render_ids(template: FimTemplate, encode, vocab: dict[str, int], prefix: str, suffix: str,
-               bos_id: int | None = None) -> list[int]:
+               bos_id: int | None = None, order: str = "psm") -> list[int]:
     """Prompt token ids: prefix/suffix/middle specials by id, user text encoded without specials,
-    so text in a file that looks like a special token stays text."""
+    so text in a file that looks like a special token stays text.
+
+    order "spm" (suffix first, for models trained on it) puts the prefix last: typing only extends
+    the prompt's end, so the KV cache of everything before stays valid from keystroke to keystroke.
+    """
     if not template.has_fim:
         return ([bos_id] if bos_id is not None else []) + encode(prefix)
     pre, suf, mid = (vocab[t] for t in (template.prefix_token, template.suffix_token, template.middle_token))
     lead = [bos_id] if bos_id is not None else []
+    if order == "spm":  # StarCoder's SPM: <PRE><SUF>{suffix}<MID>{prefix}
+        return lead + [pre, suf] + encode(suffix) + [mid] + encode(prefix)
     prefix_text = (" " + prefix) if template.space_after_prefix_token else prefix
     return lead + [pre] + encode(prefix_text) + [suf] + encode(suffix) + [mid]
+
+
+def read_model_options(folder) -> dict:
+    """memosight.json beside a model: how it was trained to be prompted, e.g. {"fim_order": "spm"}."""
+    import json
+    from pathlib import Path
+
+    path = Path(folder) / "memosight.json" if folder else None
+    if path is None or not path.is_file():
+        return {}
+    try:
+        options = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return options if isinstance(options, dict) else {}
 
 
 def end_token_ids(template: FimTemplate, vocab: dict[str, int]) -> set[int]:

@@ -18,7 +18,7 @@ from . import decode, kv
 from .drafts.heads import DraftHeads, HeadDrafter
 from .drafts.lookahead import LookaheadCache
 from .drafts.ngram import NgramDrafter
-from .fim import FimTemplate, detect_template, end_token_ids, render_ids
+from .fim import FimTemplate, detect_template, end_token_ids, read_model_options, render_ids
 from .request import Completion, CompletionRequest, StopRule
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,7 @@ class Engine:
         self.name = name
         self.vocab: dict[str, int] = tokenizer.get_vocab()
         self.fim: FimTemplate = detect_template(self.vocab)
+        self.fim_order = read_model_options(model_dir).get("fim_order", "psm") if self.fim.has_fim else "psm"
         self.eos_ids = self._eos_ids()
         self.end_ids = self.eos_ids | end_token_ids(self.fim, self.vocab)
         self.prompt_cache = decode.PromptCache(kv.PrefixTree())
@@ -183,7 +184,7 @@ class Engine:
 
     def prompt_ids(self, prefix: str, suffix: str = "") -> list[int]:
         bos = self.tokenizer.bos_token_id if getattr(self.tokenizer, "add_bos_token", False) else None
-        ids = render_ids(self.fim, self.encode, self.vocab, prefix, suffix, bos_id=bos)
+        ids = render_ids(self.fim, self.encode, self.vocab, prefix, suffix, bos_id=bos, order=self.fim_order)
         if not ids:  # an empty file with a plain-prefix model: start from a document boundary
             start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else min(self.eos_ids)
             ids = [start]
@@ -267,6 +268,7 @@ class Engine:
             "device": str(self.device),
             "dtype": str(self.dtype).removeprefix("torch."),
             "fim_template": self.fim.name,
+            "fim_order": self.fim_order,
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "requests": self.requests,
             "latency_ms": {

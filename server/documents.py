@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 LINE_END = re.compile(r"\r\n|\r|\n")
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024  # larger files are kept but get no completions
+PARSED_TREES = 16  # fresh parses kept by content hash (grammar, xxhash), for files opened again
+_parsed = None  # LRU of those trees, created on first use
 
 
 @dataclass(frozen=True)
@@ -174,13 +176,22 @@ class Document:
         applied to the old tree (tree.edit), and the parser reuses its unchanged parts."""
         with self._tree_lock:
             if self._tree is None or self._tree_stale:
-                from .context.languages import parser_for
+                from .context.languages import GRAMMAR_FOR_LANGUAGE_ID, parser_for
+                from .context.regions import LRU, content_hash
 
                 parser = parser_for(self.language)
                 if parser is None:
                     return self.text, None
-                self._tree = parser.parse(_encode(self.text), self._tree) if self._tree is not None \
-                    else parser.parse(_encode(self.text))
+                if self._tree is not None:
+                    self._tree = parser.parse(_encode(self.text), self._tree)
+                else:  # a file seen before (reopened, or another document with the same text)
+                    key = (GRAMMAR_FOR_LANGUAGE_ID[self.language], content_hash(self.text))
+                    global _parsed
+                    _parsed = _parsed if _parsed is not None else LRU(PARSED_TREES)
+                    cached = _parsed.get(key)
+                    self._tree = cached.copy() if cached is not None else parser.parse(_encode(self.text))
+                    if cached is None:
+                        _parsed.put(key, self._tree.copy())  # copies: edits of one never reach another
                 self._tree_stale = False
             return self.text, self._tree
 

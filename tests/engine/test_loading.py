@@ -88,3 +88,19 @@ def test_cuda_requested_without_cuda_is_a_clear_error(tiny_model_dir):
         pytest.skip("this machine has CUDA")
     with pytest.raises(ModelLoadError, match="CUDA is not available"):
         load_engine(str(tiny_model_dir), device="cuda")
+
+
+def test_spm_order_from_the_model_folder_puts_the_prefix_last(tiny_model_dir, tmp_path):
+    import shutil
+
+    folder = tmp_path / "spm"
+    shutil.copytree(tiny_model_dir, folder)
+    (folder / "memosight.json").write_text('{"fim_order": "spm"}')
+    engine = load_engine(str(folder), device="cpu")
+    ids = engine.prompt_ids("a = 1\n", "\nb = 2")
+    v = engine.vocab
+    assert ids[:2] == [v["<fim_prefix>"], v["<fim_suffix>"]]
+    assert ids[-len(engine.encode("a = 1\n")):] == engine.encode("a = 1\n")
+    # typing extends the prompt at its end only
+    longer = engine.prompt_ids("a = 1\nc", "\nb = 2")
+    assert longer[: len(ids) - 1] == ids[:-1]

@@ -109,3 +109,15 @@ def test_line_starts_stay_right_through_random_edits():
         end = doc.position_at(rng.randrange(doc.offset_at(start), len(doc.text) + 1))
         doc.apply_change("".join(rng.choice(pieces) for _ in range(rng.randrange(3))), start, end)
         assert doc.line_starts == Document(doc.uri, doc.text).line_starts, repr(doc.text)
+
+
+def test_a_text_parsed_before_is_not_parsed_again_and_edits_stay_private():
+    text = "def f(x):\n    return x\n"
+    first = Document("file:///a.py", text, "python")
+    second = Document("file:///b.py", text, "python")
+    assert first.tree is not second.tree and str(first.tree.root_node) == str(second.tree.root_node)
+    first.apply_change("def g", Position(0, 0), Position(0, 5))
+    assert "g" == first.tree.root_node.children[0].child_by_field_name("name").text.decode()
+    assert "f" == second.tree.root_node.children[0].child_by_field_name("name").text.decode()
+    assert "f" == Document("file:///c.py", text, "python").tree.root_node.children[0] \
+        .child_by_field_name("name").text.decode()
