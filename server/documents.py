@@ -1,4 +1,5 @@
-"""Open documents: text, version, LSP (UTF-16) positions <-> string offsets, incremental edits."""
+"""Open documents: text, version, LSP (UTF-16) positions <-> string offsets, incremental edits and
+the incremental tree-sitter parse that follows them."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import threading
 from urllib.parse import unquote, urlparse
 from dataclasses import dataclass, field
 
+from .context.regions import LRU, content_hash
+
 LINE_END = re.compile(r"\r\n|\r|\n")
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024  # larger files are kept but get no completions
-PARSED_TREES = 16  # fresh parses kept by content hash (grammar, xxhash), for files opened again
-_parsed = None  # LRU of those trees, created on first use
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,6 @@ class Document:
         with self._tree_lock:
             if self._tree is None or self._tree_stale:
                 from .context.languages import GRAMMAR_FOR_LANGUAGE_ID, parser_for
-                from .context.regions import LRU, content_hash
 
                 parser = parser_for(self.language)
                 if parser is None:
@@ -186,12 +186,10 @@ class Document:
                     self._tree = parser.parse(_encode(self.text), self._tree)
                 else:  # a file seen before (reopened, or another document with the same text)
                     key = (GRAMMAR_FOR_LANGUAGE_ID[self.language], content_hash(self.text))
-                    global _parsed
-                    _parsed = _parsed if _parsed is not None else LRU(PARSED_TREES)
-                    cached = _parsed.get(key)
+                    cached = _PARSED_TREES.get(key)
                     self._tree = cached.copy() if cached is not None else parser.parse(_encode(self.text))
                     if cached is None:
-                        _parsed.put(key, self._tree.copy())  # copies: edits of one never reach another
+                        _PARSED_TREES.put(key, self._tree.copy())  # copies: edits of one never reach another
                 self._tree_stale = False
             return self.text, self._tree
 
@@ -207,6 +205,10 @@ class Document:
     @property
     def looks_binary(self) -> bool:
         return "\x00" in self.text[:8192]
+
+
+# fresh parses by (grammar, xxhash of the text): a file opened again is not parsed again
+_PARSED_TREES = LRU(16)
 
 
 class DocumentStore:

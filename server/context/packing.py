@@ -33,45 +33,34 @@ class PackedContext:
         }
 
 
-def _tail_within(text: str, budget: int, count_tokens: Callable[[str], int]) -> str:
-    """The longest run of whole lines at the end of `text` (the cursor's own line always, even if
-    partial) that fits in `budget` tokens."""
-    text = text[-budget * CHARS_PER_TOKEN_GUESS:]
+def _lines_within(text: str, budget: int, count_tokens: Callable[[str], int], from_end: bool) -> str:
+    """The most whole lines of `text` that fit in `budget` tokens, taken from its end (the text
+    before the cursor) or its start (the text after it). The line touching the cursor is cut by
+    characters when even it alone does not fit."""
+    text = text[-budget * CHARS_PER_TOKEN_GUESS:] if from_end else text[: budget * CHARS_PER_TOKEN_GUESS]
     if count_tokens(text) <= budget:
         return text
     lines = text.splitlines(keepends=True)
-    # Drop whole lines from the front; binary search on how many to keep.
-    low, high = 1, len(lines)
+    take = (lambda n: "".join(lines[len(lines) - n:])) if from_end else (lambda n: "".join(lines[:n]))
+    low, high = 0, len(lines)  # binary search on how many lines to keep
     while low < high:
         mid = (low + high + 1) // 2
-        if count_tokens("".join(lines[-mid:])) <= budget:
+        if count_tokens(take(mid)) <= budget:
             low = mid
         else:
             high = mid - 1
-    kept = "".join(lines[-low:])
-    while kept and count_tokens(kept) > budget:  # a single over-long line: cut characters
-        kept = kept[len(kept) // 4 or 1:]
+    kept = take(low) if low else (lines[-1] if from_end else lines[0])
+    while kept and count_tokens(kept) > budget:
+        kept = kept[len(kept) // 4 or 1:] if from_end else kept[: len(kept) * 3 // 4]
     return kept
+
+
+def _tail_within(text: str, budget: int, count_tokens: Callable[[str], int]) -> str:
+    return _lines_within(text, budget, count_tokens, from_end=True)
 
 
 def _head_within(text: str, budget: int, count_tokens: Callable[[str], int]) -> str:
-    text = text[: budget * CHARS_PER_TOKEN_GUESS]
-    if count_tokens(text) <= budget:
-        return text
-    lines = text.splitlines(keepends=True)
-    low, high = 0, len(lines)
-    while low < high:
-        mid = (low + high + 1) // 2
-        if count_tokens("".join(lines[:mid])) <= budget:
-            low = mid
-        else:
-            high = mid - 1
-    kept = "".join(lines[:low])
-    if not kept and lines:  # the cursor's own line is too long: keep what fits of it
-        kept = lines[0]
-        while kept and count_tokens(kept) > budget:
-            kept = kept[: len(kept) * 3 // 4]
-    return kept
+    return _lines_within(text, budget, count_tokens, from_end=False)
 
 
 def truncate_around_cursor(text: str, cursor: int, budget: int, suffix_share: float,
@@ -129,6 +118,7 @@ class _Source:
     scores: list[float]
     rows: tuple[int, int]  # units must lie inside these rows
     comment: str
+    closers: tuple[int, ...] = ()  # units kept for their closing rows in range (`}` of enclosing blocks)
 
 
 class ContextCompressor:
@@ -211,9 +201,14 @@ class ContextCompressor:
         def sources(side: str) -> list[_Source]:
             if not state:
                 state.update(self._score(doc, text, tree, cursor_row, used, other_docs))
+                analysis = state["analysis"]
+                state["closers"] = tuple(analysis.definitions[d].signature for d in analysis.enclosing(cursor_row)
+                                         if any(r >= near_end for r in analysis.units[
+                                             analysis.definitions[d].signature].extra_rows))
             analysis, scores, other_sources = state["analysis"], state["scores"], state["others"]
             if side == "below":
-                return [_Source(doc.path, analysis, scores, (near_end, len(analysis.lines)), comment)]
+                return [_Source(doc.path, analysis, scores, (near_end, len(analysis.lines)), comment,
+                                state["closers"])]
             return [*other_sources, _Source(doc.path, analysis, scores, (0, near_start), comment)]
 
         # Below the near window, in the suffix (budget: what the near suffix left of the suffix share).
@@ -387,10 +382,12 @@ class ContextCompressor:
                 if source.scores[u] > 0 and low <= unit.rows[0] and unit.rows[1] <= high:
                     candidates.append((-source.scores[u], s_index, unit.rows[0], u))
         candidates.sort()
-        chosen: list[set[int]] = [set() for _ in sources]
+        chosen: list[set[int]] = [set(s.closers) for s in sources]
         kept_rows: list[set[int]] = [set() for _ in sources]  # rows of the chosen units, blank rows too
         header_costs = [count_tokens(_header(s, sources[-1].path)) if header else 0 for s in sources]
-        remaining = budget
+        remaining = budget - sum(self._count("".join(s.analysis.lines[r] for u in s.closers
+                                                     for r in s.analysis.units[u].extra_rows), count_tokens)
+                                 + marker_tokens * len(s.closers) for s in sources)
         misses = 0
         for _, s_index, _, u in candidates:
             if u in chosen[s_index]:

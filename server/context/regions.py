@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -122,23 +123,26 @@ class FileAnalysis:
 
 
 class LRU(OrderedDict):
-    """A small least-recently-used map: the caches here stay bounded in memory."""
+    """A small least-recently-used map: the caches here stay bounded in memory (and thread-safe)."""
 
     def __init__(self, size: int):
         super().__init__()
         self.size = size
+        self._lock = threading.Lock()
 
     def get(self, key, default=None):
-        if key in self:
-            self.move_to_end(key)
-            return self[key]
-        return default
+        with self._lock:
+            if key in self:
+                self.move_to_end(key)
+                return self[key]
+            return default
 
     def put(self, key, value) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        while len(self) > self.size:
-            self.popitem(last=False)
+        with self._lock:
+            self[key] = value
+            self.move_to_end(key)
+            while len(self) > self.size:
+                self.popitem(last=False)
 
 
 _analyses = LRU(16)

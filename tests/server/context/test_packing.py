@@ -163,3 +163,12 @@ def test_a_name_typed_while_inside_a_function_brings_its_definition_in():
         if typed[:i + 1] == "limit = LIMIT":  # still typing the name: no reason to change yet
             assert "LIMIT = 7919" not in packed.prefix
     assert "LIMIT = 7919  # the needle\n" in packed.prefix  # the name is complete: its definition came in
+
+
+def test_the_suffix_closes_the_blocks_around_the_cursor():
+    methods = "".join(f"  m{i}(a) {{\n    const b = a + {i};\n    return b;\n  }}\n\n" for i in range(60))
+    doc = Document("file:///k.ts", f"export class K {{\n{methods}}}\n", "typescript")
+    packed = ContextCompressor().build(doc, cursor_after(doc, "const b = a + 30;\n"), 120, 0.25, PIECES)
+    assert packed.prefix.startswith("export class K {\n")
+    assert packed.suffix.startswith("    return b;\n  }\n") and packed.suffix.endswith("}\n")
+    assert "// ..." in packed.suffix  # the methods below, elided
