@@ -144,8 +144,9 @@ def post_process(text: str, multiline: bool) -> str:
 class Suggester:
     """Owns the engine (loaded in the background) and runs one generation at a time."""
 
-    def __init__(self, load_engine: Callable[[Settings], object] | None = None):
+    def __init__(self, load_engine: Callable[[Settings], object] | None = None, fallback: bool = True):
         self._load_engine = load_engine or _load_engine_from_settings
+        self._fallback = fallback  # the server falls back to the defaults; a command-line run says no
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memosight-engine")
         self._engine_future: Future | None = None
         self._engine_key: tuple | None = None
@@ -175,6 +176,8 @@ class Suggester:
         try:
             return self._load_engine(settings)
         except Exception as exc:
+            if not self._fallback:
+                raise
             defaults = Settings()
             fallback = dataclasses.replace(settings, model=defaults.model, device=defaults.device,
                                            dtype=defaults.dtype)

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
                  "context_budget": args.context_budget}
     settings = settings_for(args.cursor.path, overrides)
     doc, cursor = load_document(args.cursor)
-    suggester = Suggester()
+    suggester = Suggester(fallback=False)
     load_start = time.perf_counter()
     try:
         engine = suggester.ensure_engine(settings).result()

@@ -6,12 +6,16 @@ import argparse
 import json
 import sys
 
-from .cursor import add_model_arguments, load_document, parse_cursor, settings_for
+from pathlib import Path
+
+from .cursor import Cursor, add_model_arguments, load_document, parse_cursor, settings_for
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cursor", type=parse_cursor, metavar="FILE:LINE:COL", help="1-based line and column")
     parser.add_argument("--budget", type=int, default=None, help="prompt token budget (default: config, 1024)")
+    parser.add_argument("--open", nargs="+", default=[], metavar="FILE",
+                        help="other files open in the editor: definitions used at the cursor may come from them")
     add_model_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -22,13 +26,14 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_for(args.cursor.path, {"model": args.model, "device": args.device, "dtype": args.dtype,
                                                "context_budget": args.budget})
     doc, cursor = load_document(args.cursor)
-    suggester = Suggester()
+    suggester = Suggester(fallback=False)
     try:
         engine = suggester.ensure_engine(settings).result()
     except Exception as exc:
         print(f"memosight: {exc}", file=sys.stderr)
         return 2
-    packed = suggester.build_context(engine, doc, cursor, settings)
+    others = [load_document(Cursor(Path(path), 1, 1))[0] for path in args.open]
+    packed = suggester.build_context(engine, doc, cursor, settings, others=others)
     if args.json:
         print(json.dumps(packed.to_json()))
     else:

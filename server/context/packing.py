@@ -37,6 +37,8 @@ def _lines_within(text: str, budget: int, count_tokens: Callable[[str], int], fr
     """The most whole lines of `text` that fit in `budget` tokens, taken from its end (the text
     before the cursor) or its start (the text after it). The line touching the cursor is cut by
     characters when even it alone does not fit."""
+    if budget <= 0:
+        return ""
     text = text[-budget * CHARS_PER_TOKEN_GUESS:] if from_end else text[: budget * CHARS_PER_TOKEN_GUESS]
     if count_tokens(text) <= budget:
         return text
@@ -89,7 +91,7 @@ def truncate_around_cursor(text: str, cursor: int, budget: int, suffix_share: fl
 # completes a name whose definition they did not consider (its definition should come in).
 
 NEAR_PREFIX_SHARE = 0.7  # of the prefix budget: the most the cursor's own function may take
-NEAR_SUFFIX_SHARE = 0.6  # of the suffix budget: the rest of the function after the cursor
+NEAR_SUFFIX_SHARE = 0.85  # of the suffix budget: the rest of the function after the cursor
 GROWTH_RESERVE = 0.15  # of the budget, left free when far parts are re-chosen because typing outgrew them
 COLD_RESERVE = 0.05  # ... and when chosen for the first time for a near window
 NEAR_SLACK = 0.2  # a near prefix cut inside a long function starts with this share of its budget free
@@ -229,6 +231,9 @@ class ContextCompressor:
         prefix = above.text + near_prefix
 
         suffix_tokens = count(suffix) if suffix else 0
+        if suffix_tokens > budget:  # a tiny budget: its markers alone may not fit
+            suffix = _head_within(suffix, budget, count_tokens)
+            suffix_tokens = count_tokens(suffix) if suffix else 0
         prefix_tokens = count_tokens(prefix)
         if prefix_tokens + suffix_tokens > budget:  # counts of the pieces did not add up: cut the head
             prefix = _tail_within(prefix, budget - suffix_tokens, count_tokens)

@@ -54,7 +54,7 @@ PROXIMITY_LINES = 25.0  # proximity = exp(-distance_in_lines / PROXIMITY_LINES)
 AMBIGUITY_DECAY = 0.5  # the k-th nearest definition of a name defined several times scores 0.5**k
 BODY_CHUNK_LINES = 8  # bodies and top-level code are cut into chunks of about this many lines
 DOC_HEAD_LINES = 4  # a long docstring or comment: its first lines (and closing line) are one unit, the rest another
-USE_WINDOW_LINES = 40  # identifiers this close to the cursor (within its function) count as used
+USE_WINDOW_LINES = 80  # identifiers this close to the cursor (within its function) count as used
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Names a line binds: assignment targets (`a, self.b = ...`, `let x =`, `x := ...`), loop and `as` names.

@@ -16,3 +16,14 @@ def test_context_command_prints_the_packed_context_as_json(tmp_path, tiny_model_
     assert out["prefix"].endswith("def use(items):\n    n = helper_3(LIMIT)\n    ")
     assert {r["kind"] for r in out["regions"]} >= {"cursor_prefix", "variable", "signature"}
     assert all(r["path"] == str(source.resolve()) for r in out["regions"])
+
+
+def test_other_open_files_feed_the_context(tmp_path, tiny_model_dir, capsys):
+    (tmp_path / "util.py").write_text("def far_helper(count, scale=3):\n    return count * scale\n")
+    main_file = tmp_path / "main.py"
+    main_file.write_text("def use(items):\n    n = far_helper(len(items))\n    \n")
+    assert main(["context", f"{main_file}:3:5", "--budget", "128", "--open", str(tmp_path / "util.py"),
+                 "--model", str(tiny_model_dir), "--device", "cpu", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "def far_helper(count, scale=3):" in out["prefix"]
+    assert any(r["path"].endswith("util.py") for r in out["regions"])

@@ -172,3 +172,13 @@ def test_the_suffix_closes_the_blocks_around_the_cursor():
     assert packed.prefix.startswith("export class K {\n")
     assert packed.suffix.startswith("    return b;\n  }\n") and packed.suffix.endswith("}\n")
     assert "// ..." in packed.suffix  # the methods below, elided
+
+
+@pytest.mark.parametrize("budget", [1, 10, 30])
+@pytest.mark.parametrize("suffix_share", [0.0, 0.9])
+def test_tiny_budgets_and_any_suffix_share_stay_within_budget(budget, suffix_share):
+    doc = Document("file:///m.py", python_module(30), "python")
+    compressor = ContextCompressor()
+    for offset in range(0, len(doc.text), 331):
+        packed = compressor.build(doc, offset, budget, suffix_share, PIECES)
+        assert packed.prompt_tokens == PIECES(packed.prefix) + PIECES(packed.suffix) <= budget
