@@ -35,7 +35,7 @@ PYTHON_KEYWORDS = frozenset(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--corpus", default="/work/data/eval", help="folder of source files (default /work/data/eval)")
+    parser.add_argument("--corpus", required=True, help="folder of source files (held-out code)")
     parser.add_argument("--budget", type=int, default=512, help="prompt token budget (default 512)")
     parser.add_argument("--suffix-share", type=float, default=0.25, help="share of the budget after the cursor")
     parser.add_argument("--max-positions", type=int, default=300, help="cursor positions for recall (default 300)")
