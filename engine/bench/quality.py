@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefix-tokens", type=int, default=768, help="prompt budget for the text above the cursor")
     parser.add_argument("--suffix-tokens", type=int, default=192, help="prompt budget for the text below (FIM)")
     parser.add_argument("--max-new-tokens", type=int, default=48, help="decode limit per line")
+    parser.add_argument("--fim-order", default="psm", choices=("psm", "spm"),
+                        help="FIM prompt order: psm = <fim_prefix>P<fim_suffix>S<fim_middle>, "
+                        "spm = <fim_prefix><fim_suffix>S<fim_middle>P (StarCoder SPM)")
     parser.add_argument("--seed", type=int, default=0, help="chooses the sampled lines")
     parser.add_argument("--show", type=int, default=0, help="print this many sampled completions to stderr")
 
@@ -57,6 +60,7 @@ class QualityReport:
     next_line_samples: int
     next_line_exact: float  # plain prefix
     next_line_fim_exact: float  # prefix + suffix
+    fim_order: str  # psm or spm
     seconds: float
     examples: list[dict] = field(default_factory=list)
 
@@ -83,8 +87,9 @@ def sample_lines(path: str, text: str, per_file: int, rng) -> list[LineSample]:
 class LineCompleter:
     """Greedy single-line completion with a Hugging Face causal LM (plain or StarCoder FIM)."""
 
-    def __init__(self, model, tokenizer, prefix_tokens: int, suffix_tokens: int, max_new_tokens: int):
-        self.model, self.tokenizer = model, tokenizer
+    def __init__(self, model, tokenizer, prefix_tokens: int, suffix_tokens: int, max_new_tokens: int,
+                 fim_order: str = "psm"):
+        self.model, self.tokenizer, self.fim_order = model, tokenizer, fim_order
         self.prefix_tokens, self.suffix_tokens, self.max_new_tokens = prefix_tokens, suffix_tokens, max_new_tokens
         vocab = tokenizer.get_vocab()
         self.fim_ids = [vocab.get(t) for t in ("<fim_prefix>", "<fim_suffix>", "<fim_middle>")]
@@ -99,6 +104,8 @@ class LineCompleter:
             raise ValueError("this tokenizer has no <fim_prefix>/<fim_suffix>/<fim_middle> tokens")
         suffix_ids = encode(suffix)[: self.suffix_tokens]
         fim_prefix, fim_suffix, fim_middle = self.fim_ids
+        if self.fim_order == "spm":  # the middle continues the prefix directly
+            return [fim_prefix, fim_suffix, *suffix_ids, fim_middle, *prefix_ids]
         return [fim_prefix, *prefix_ids, fim_suffix, *suffix_ids, fim_middle]
 
     def complete(self, prefix: str, suffix: str | None = None) -> str:
@@ -133,7 +140,7 @@ def default_model_dir() -> Path:
 def run_quality(corpus_dir: str, model_dir: str | Path, *, max_files: int | None = None,
                 extensions: tuple[str, ...] = (".py",), seq_len: int = 1024, max_tokens: int = 100_000,
                 lines_per_file: int = 4, prefix_tokens: int = 768, suffix_tokens: int = 192,
-                max_new_tokens: int = 48, seed: int = 0, examples: int = 0) -> QualityReport:
+                max_new_tokens: int = 48, seed: int = 0, examples: int = 0, fim_order: str = "psm") -> QualityReport:
     import random
 
     import torch
@@ -153,7 +160,7 @@ def run_quality(corpus_dir: str, model_dir: str | Path, *, max_files: int | None
 
     rng = random.Random(seed)
     samples = [s for f in files for s in sample_lines(f.path, f.text, lines_per_file, rng)]
-    completer = LineCompleter(model, tokenizer, prefix_tokens, suffix_tokens, max_new_tokens)
+    completer = LineCompleter(model, tokenizer, prefix_tokens, suffix_tokens, max_new_tokens, fim_order)
     plain_hits = fim_hits = 0
     shown: list[dict] = []
     for sample in samples:
@@ -166,7 +173,8 @@ def run_quality(corpus_dir: str, model_dir: str | Path, *, max_files: int | None
                           "plain": plain, "fim": fim})
     n = max(len(samples), 1)
     return QualityReport(str(model_dir), str(corpus_dir), len(files), held_out.tokens, held_out.loss,
-                         held_out.accuracy, len(samples), plain_hits / n, fim_hits / n, time.time() - started, shown)
+                         held_out.accuracy, len(samples), plain_hits / n, fim_hits / n, fim_order, time.time() - started,
+                         shown)
 
 
 def format_table(report: QualityReport) -> str:
@@ -176,7 +184,8 @@ def format_table(report: QualityReport) -> str:
         ("held-out loss", f"{report.loss:.4f} nats/token over {report.tokens:,} tokens"),
         ("top-1 next-token accuracy", f"{report.top1_accuracy:.2%}"),
         ("next-line exact match (prefix)", f"{report.next_line_exact:.2%} of {report.next_line_samples} lines"),
-        ("next-line exact match (FIM)", f"{report.next_line_fim_exact:.2%} of {report.next_line_samples} lines"),
+        (f"next-line exact match (FIM, {report.fim_order.upper()})",
+         f"{report.next_line_fim_exact:.2%} of {report.next_line_samples} lines"),
         ("wall time", f"{report.seconds:.1f} s"),
     ]
     width = max(len(name) for name, _ in rows)
@@ -192,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
                          extensions=tuple(args.ext or [".py"]), seq_len=args.seq_len, max_tokens=args.max_tokens,
                          lines_per_file=args.lines_per_file, prefix_tokens=args.prefix_tokens,
                          suffix_tokens=args.suffix_tokens, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                         examples=args.show)
+                         examples=args.show, fim_order=args.fim_order)
     for example in report.examples:
         print(f"{example['path']}:{example['line']}\n  target {example['target']!r}\n  plain  {example['plain']!r}"
               f"\n  fim    {example['fim']!r}", file=sys.stderr)
