@@ -192,12 +192,34 @@ class DraftController:
     """Adapts the tree size to recent acceptance and backs off to plain decoding when drafts keep
     failing, since a verification pass that accepts nothing costs more than a plain step."""
 
-    def __init__(self, max_nodes: int = 24, min_nodes: int = 4, patience: int = 4, backoff: int = 8):
+    def __init__(self, max_nodes: int = 24, min_nodes: int = 4, patience: int = 4, backoff: int = 8,
+                 min_source_rate: float = 0.05, source_backoff: int = 32):
         self.max_nodes, self.min_nodes = max_nodes, min_nodes
         self.nodes = max_nodes
         self.patience, self.backoff = patience, backoff
         self.misses = 0
         self.plain_left = 0
+        # Per source: a running acceptance rate of its drafted nodes; a source below
+        # min_source_rate only grows the tree, so it sits out source_backoff steps, then tries again.
+        self.min_source_rate, self.source_backoff = min_source_rate, source_backoff
+        self.source_rate: dict[str, float] = {}
+        self.source_pause: dict[str, int] = {}
+
+    def allows(self, source: str) -> bool:
+        left = self.source_pause.get(source, 0)
+        if left > 0:
+            self.source_pause[source] = left - 1
+            return False
+        return True
+
+    def update_source(self, source: str, drafted: int, accepted: int) -> None:
+        if drafted == 0:
+            return
+        rate = 0.8 * self.source_rate.get(source, 0.2) + 0.2 * (accepted / drafted)
+        self.source_rate[source] = rate
+        if rate < self.min_source_rate:
+            self.source_pause[source] = self.source_backoff
+            self.source_rate[source] = 0.2  # a fresh chance after the pause
 
     def use_drafts(self) -> bool:
         if self.plain_left > 0:
@@ -259,7 +281,8 @@ def speculative_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids
         candidates = []
         if controller.use_drafts():
             for drafter in drafters:
-                candidates.extend(drafter.propose(state))
+                if controller.allows(drafter.name):
+                    candidates.extend(drafter.propose(state))
         tree = build_tree(root, candidates, max_nodes=controller.nodes + 1, max_depth=remaining - 1)
         past = kv.cached_length(prompt_cache.cache)
         ids = torch.tensor([tree.tokens], device=device)
@@ -277,10 +300,15 @@ def speculative_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids
         accepted = [tree.tokens[i] for i in path]
         stats.steps += 1
         stats.plain_steps += int(len(tree) == 1)
-        for i in path[1:]:
-            stats.drafts.add(tree.sources[i], accepted=1)
+        step_drafted: dict[str, int] = {}
+        step_accepted: dict[str, int] = {}
         for i in range(1, len(tree)):
-            stats.drafts.add(tree.sources[i], drafted=1)
+            step_drafted[tree.sources[i]] = step_drafted.get(tree.sources[i], 0) + 1
+        for i in path[1:]:
+            step_accepted[tree.sources[i]] = step_accepted.get(tree.sources[i], 0) + 1
+        for source, drafted in step_drafted.items():
+            stats.drafts.add(source, drafted=drafted, accepted=step_accepted.get(source, 0))
+            controller.update_source(source, drafted, step_accepted.get(source, 0))
         if heads_drafter is not None and heads_drafter in drafters and len(tree) > 1:
             stats.record_heads(heads_drafter.last_top1, accepted[1:] + [greedy_next[path[-1]]])
             if lookahead is not None and heads_drafter.last_confident:
