@@ -13,12 +13,6 @@ from .request import StopRule
 from .stops import apply_stop_rule, held_back
 
 
-@dataclass
-class PrefillStats:
-    prompt_tokens: int
-    reused_tokens: int  # served from the cache the previous request left
-
-
 class PromptCache:
     """The KV cache of the last prompt, reused when the next prompt starts with the same tokens.
 
@@ -58,22 +52,12 @@ class PromptCache:
         if self.prefix_tree is not None and self.cache is not None:
             self.prefix_tree.store(self.tokens, self.cache)
 
-    def prefill(self, model, input_ids: list[int]) -> tuple[torch.Tensor, PrefillStats]:
-        """Bring the cache to exactly `input_ids` and return the logits after the last one."""
-        keep = self._reuse(model, input_ids)  # the last token always runs, for its logits
-        self.tokens = list(input_ids[:keep])  # what the cache holds, should the forward fail
-        device = next(model.parameters()).device
-        tail = torch.tensor([input_ids[keep:]], device=device)
-        out = kv.forward(model, tail, self.cache)
-        self.tokens = list(input_ids)
-        self.prompt_tokens += len(input_ids)
-        self.reused_tokens += keep
-        return out.logits[0, -1], PrefillStats(len(input_ids), keep)
-
     def prefill_hidden(self, model, input_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Like prefill, but also returns the last hidden state (for the draft heads)."""
+        """Bring the cache to exactly `input_ids`; the last hidden state and the logits after it.
+
+        Only the tail past the reusable prefix runs; the last token always does, for its logits."""
         keep = self._reuse(model, input_ids)
-        self.tokens = list(input_ids[:keep])
+        self.tokens = list(input_ids[:keep])  # what the cache holds, should the forward fail
         device = next(model.parameters()).device
         hidden = kv.forward_hidden(model, torch.tensor([input_ids[keep:]], device=device), self.cache)
         self.tokens = list(input_ids)
@@ -98,7 +82,7 @@ def greedy_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids: set
     """Plain greedy decoding with a KV cache; yields each new token, EOS included."""
     if max_new_tokens <= 0:
         return
-    logits, _ = prompt_cache.prefill(model, input_ids)
+    _, logits = prompt_cache.prefill_hidden(model, input_ids)
     for step in range(max_new_tokens):
         if cancel is not None and cancel.is_set():
             return

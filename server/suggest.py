@@ -23,7 +23,6 @@ from .documents import Document
 
 log = logging.getLogger(__name__)
 
-BLOCK_OPENERS = {"python": (":",), "": ("{", ":")}
 BRACE_LANGUAGES_OPENERS = ("{", "(", "[", "=>")
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ConfigSources, Settings, read_config_file
-from ..documents import Document, Position
+from ..documents import Document
 
 LANGUAGES_BY_SUFFIX = {
     ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript",
@@ -70,5 +70,3 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="auto, cpu, cuda (default: auto)")
     parser.add_argument("--dtype", help="auto, float32, bfloat16, float16 (default: auto)")
 
-
-_ = Position  # re-exported for callers that build positions
