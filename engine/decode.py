@@ -68,9 +68,9 @@ class PromptCache:
 
     def append(self, model, token: int) -> torch.Tensor:
         device = next(model.parameters()).device
-        out = kv.forward(model, torch.tensor([[token]], device=device), self.cache)
+        hidden = kv.forward_hidden(model, torch.tensor([[token]], device=device), self.cache)
         self.tokens.append(token)
-        return out.logits[0, -1]
+        return model.get_output_embeddings()(hidden[0, -1])
 
     def clear(self) -> None:
         self.tokens, self.cache = [], None

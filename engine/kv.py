@@ -7,26 +7,89 @@ through this module so the next rename is a one-line change.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from .lean import decoder_for
 
 
 def cache_argument_name(model) -> str:
-    params = inspect.signature(model.forward).parameters
+    return _cache_argument_name(type(model))
+
+
+@functools.cache
+def _cache_argument_name(model_type: type) -> str:  # inspect.signature costs more than a small layer
+    params = inspect.signature(model_type.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 
+class GrowableLayer(DynamicLayer):
+    """A full-attention cache layer that writes into a buffer with room to spare instead of
+    concatenating: DynamicLayer copies the whole cache on every step, which on a 1,000-token prompt
+    was the largest single cost of a decoding step on the CPU. `keys`/`values` stay views of the
+    filled part, so whatever reads a DynamicLayer reads this one too."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._key_buffer = self._value_buffer = None
+        self._length = 0
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self._length + key_states.shape[-2]
+        if self._key_buffer is None or end > self._key_buffer.shape[-2]:
+            self._grow(key_states, value_states, end)
+        self._key_buffer[..., self._length:end, :] = key_states
+        self._value_buffer[..., self._length:end, :] = value_states
+        self._set_length(end)
+        return self.keys, self.values
+
+    def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, needed: int) -> None:
+        capacity = max(256, needed * 3 // 2)  # amortised: a buffer grows rarely
+        keys = key_states.new_empty((*key_states.shape[:-2], capacity, key_states.shape[-1]))
+        values = value_states.new_empty((*value_states.shape[:-2], capacity, value_states.shape[-1]))
+        if self._key_buffer is not None:
+            keys[..., :self._length, :] = self._key_buffer[..., :self._length, :]
+            values[..., :self._length, :] = self._value_buffer[..., :self._length, :]
+        self._key_buffer, self._value_buffer = keys, values
+
+    def _set_length(self, length: int) -> None:
+        self._length = length
+        self.keys = self._key_buffer[..., :length, :]
+        self.values = self._value_buffer[..., :length, :]
+
+    def get_seq_length(self) -> int:
+        return self._length
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes a negative count (the tokens to remove)")
+        if tokens_to_remove and self._key_buffer is not None:
+            self._set_length(max(0, self._length + tokens_to_remove))
+
+    def reset(self) -> None:
+        self._key_buffer = self._value_buffer = None
+        self._length = 0
+        super().reset()
+
+
 def new_cache(model) -> DynamicCache:
-    return DynamicCache(config=model.config)
+    cache = DynamicCache(config=model.config)
+    # Only plain full-attention layers are swapped; sliding-window and other kinds keep their own.
+    cache.layers = [GrowableLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
 
 
 def supports_reuse(model) -> bool:
     """Whether the cache can be cropped and compacted: only full-attention layers keep every
     position (sliding-window layers drop old ones, so prefix reuse and tree verification are off)."""
-    return all(type(layer).__name__ == "DynamicLayer" for layer in new_cache(model).layers)
+    return all(isinstance(layer, GrowableLayer) for layer in new_cache(model).layers)
 
 
 def cached_length(cache) -> int:
@@ -107,6 +170,9 @@ def forward_hidden(model, input_ids: torch.Tensor, cache, *, attention_mask: tor
     start = cached_length(cache)
     if position_ids is None:
         position_ids = torch.arange(start, start + input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+    lean = decoder_for(model)
+    if lean is not None:
+        return lean(input_ids, cache, position_ids, attention_mask)
     kwargs = {cache_argument_name(model.base_model): cache}
     if attention_mask is not None:
         kwargs["attention_mask"] = attention_mask

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from memosight.engine import kv, load_engine
@@ -91,3 +92,29 @@ def test_zero_byte_cap_disables_the_tree(tiny_model_dir):
     engine.set_kv_cache_bytes(0)
     tree = engine.prompt_cache.prefix_tree
     assert tree.bytes == 0 and not tree.blocks and tree.longest_prefix(ids) == 0
+
+
+def test_growable_layer_keeps_its_contents_when_it_grows_and_after_a_crop():
+    layer = kv.GrowableLayer()
+    first = torch.randn(1, 2, 200, 4)
+    keys, _ = layer.update(first, first + 1)
+    assert torch.equal(keys, first)
+    second = torch.randn(1, 2, 300, 4)  # past the first buffer: it grows
+    keys, values = layer.update(second, second + 1)
+    assert layer.get_seq_length() == 500
+    assert torch.equal(keys, torch.cat([first, second], dim=-2))
+    assert torch.equal(values, torch.cat([first, second], dim=-2) + 1)
+    layer.crop(-100)
+    third = torch.randn(1, 2, 1, 4)
+    keys, _ = layer.update(third, third)
+    assert layer.get_seq_length() == 401
+    assert torch.equal(keys, torch.cat([first, second[..., :200, :], third], dim=-2))
+    with pytest.raises(ValueError):
+        layer.crop(5)
+
+
+def test_new_cache_uses_growable_layers_for_full_attention(tiny_model_dir):
+    engine = load_engine(str(tiny_model_dir), device="cpu")
+    cache = kv.new_cache(engine.model)
+    assert all(isinstance(layer, kv.GrowableLayer) for layer in cache.layers)
+    assert kv.supports_reuse(engine.model)

@@ -1,0 +1,153 @@
+"""A lean forward pass for Llama-family decoders (Llama, Qwen2), for decoding only.
+
+The transformers forward is general: mask factories, output capture, per-module hooks and three
+separate projections where one would do. For a small model on a CPU that bookkeeping costs more than
+the arithmetic (about 60 tensor operations and 40 module calls a layer for one token). This pass
+runs the same weights through the same formulas with fused projections and far fewer operations,
+writing into the same transformers cache, so everything else (cropping, the prefix tree, tree
+verification) is unchanged. Models it does not recognise keep the transformers forward.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+
+import torch
+import torch.nn.functional as F
+
+# Architectures whose decoder layer is exactly: RMSNorm, attention (q/k/v/o, RoPE), RMSNorm, SiLU MLP.
+SUPPORTED = {"LlamaForCausalLM", "Qwen2ForCausalLM"}
+
+_decoders: "weakref.WeakKeyDictionary[torch.nn.Module, LeanDecoder | None]" = weakref.WeakKeyDictionary()
+enabled = os.environ.get("MEMOSIGHT_LEAN", "1") != "0"  # MEMOSIGHT_LEAN=0 keeps the transformers forward
+
+
+def decoder_for(model) -> "LeanDecoder | None":
+    """The lean decoder of `model`, built on first use; None where the model is not supported."""
+    if not enabled:
+        return None
+    if model not in _decoders:
+        _decoders[model] = LeanDecoder.build(model)
+    return _decoders[model]
+
+
+def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
+    # The transformers formula, step for step, so the results match it bit for bit.
+    dtype = x.dtype
+    x = x.to(torch.float32)
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * x.to(dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def _fuse(*linears) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight (and bias) for several projections of the same input; the originals become views
+    of it, so no memory is duplicated and the transformers forward keeps working."""
+    weight = torch.cat([lin.weight.detach() for lin in linears])
+    has_bias = [lin.bias is not None for lin in linears]
+    bias = torch.cat([lin.bias.detach() for lin in linears]) if all(has_bias) else None
+    if any(has_bias) and bias is None:
+        raise ValueError("projections with and without bias")
+    start = 0
+    for lin in linears:
+        rows = lin.weight.shape[0]
+        lin.weight = torch.nn.Parameter(weight[start:start + rows], requires_grad=False)
+        if bias is not None:
+            lin.bias = torch.nn.Parameter(bias[start:start + rows], requires_grad=False)
+        start += rows
+    return weight, bias
+
+
+class _Layer:
+    def __init__(self, layer) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
+        self.qkv_weight, self.qkv_bias = _fuse(attn.q_proj, attn.k_proj, attn.v_proj)
+        self.q_size, self.kv_size = attn.q_proj.weight.shape[0], attn.k_proj.weight.shape[0]
+        self.o_proj = attn.o_proj
+        self.head_dim, self.scaling = attn.head_dim, attn.scaling
+        self.groups = attn.num_key_value_groups
+        self.gate_up_weight, self.gate_up_bias = _fuse(mlp.gate_proj, mlp.up_proj)
+        self.down_proj = mlp.down_proj
+
+
+class LeanDecoder:
+    def __init__(self, model) -> None:
+        base = model.base_model
+        self.embed = base.embed_tokens
+        self.rotary = base.rotary_emb
+        self.norm = base.norm
+        self.layers = [_Layer(layer) for layer in base.layers]
+
+    @classmethod
+    def build(cls, model) -> "LeanDecoder | None":
+        config = model.config
+        if type(model).__name__ not in SUPPORTED or getattr(config, "hidden_act", "silu") != "silu":
+            return None
+        if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager", None):
+            return None
+        if any(t != "full_attention" for t in (getattr(config, "layer_types", None) or [])):
+            return None  # sliding-window layers need their own masks
+        base = model.base_model
+        for layer in base.layers:
+            attn = layer.self_attn
+            if hasattr(attn, "q_norm") or not all(hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")):
+                return None
+        try:
+            return cls(model)
+        except (AttributeError, ValueError):
+            return None
+
+    @torch.inference_mode()
+    def __call__(self, input_ids: torch.Tensor, cache, position_ids: torch.Tensor,
+                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The last hidden state (1, T, H) for `input_ids` (1, T) appended to `cache`.
+
+        `attention_mask` is additive (1, 1, T, past + T); without one the new tokens attend causally."""
+        t = input_ids.shape[1]
+        past = cache.get_seq_length()
+        x = self.embed(input_ids)
+        cos, sin = self.rotary(x, position_ids=position_ids)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        causal = False
+        if attention_mask is None and t > 1:
+            if past == 0:
+                causal = True
+            else:
+                attention_mask = _causal_mask(t, past, x.dtype, x.device)
+        for i, layer in enumerate(self.layers):
+            h = _rms_norm(x, layer.input_norm)
+            qkv = F.linear(h, layer.qkv_weight, layer.qkv_bias)
+            q, k, v = qkv.split((layer.q_size, layer.kv_size, layer.kv_size), dim=-1)
+            q = q.view(1, t, -1, layer.head_dim).transpose(1, 2)
+            k = k.view(1, t, -1, layer.head_dim).transpose(1, 2)
+            v = v.view(1, t, -1, layer.head_dim).transpose(1, 2)
+            k, v = cache.layers[i].update(_rotate(k, cos, sin), v)
+            q = _rotate(q, cos, sin)
+            if layer.groups > 1 and attention_mask is not None:
+                # SDPA on the CPU takes grouped heads only without a mask: repeat the kv heads.
+                k = k.repeat_interleave(layer.groups, dim=1)
+                v = v.repeat_interleave(layer.groups, dim=1)
+                gqa = False
+            else:
+                gqa = layer.groups > 1
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, is_causal=causal,
+                                                 scale=layer.scaling, enable_gqa=gqa)
+            x = x + layer.o_proj(out.transpose(1, 2).reshape(1, t, -1))
+            h = _rms_norm(x, layer.post_norm)
+            gate, up = F.linear(h, layer.gate_up_weight, layer.gate_up_bias).chunk(2, dim=-1)
+            x = x + layer.down_proj(F.silu(gate) * up)
+        return _rms_norm(x, self.norm)
+
+
+def _causal_mask(t: int, past: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """Additive (1, 1, t, past + t): new token i sees the cache and new tokens up to i."""
+    mask = torch.full((t, past + t), torch.finfo(dtype).min, dtype=dtype, device=device)
+    mask[:, :past] = 0
+    mask[:, past:].triu_(1)
+    return mask[None, None]

@@ -1,0 +1,57 @@
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from memosight.engine import kv, lean
+from memosight.engine.verify import Candidate, build_tree, tree_attention_mask
+
+
+def _hidden_states(model, ids: list[int], use_lean: bool) -> list[torch.Tensor]:
+    """Hidden states of a prefill, a second prefill onto a cache, one token, and a draft tree."""
+    lean.enabled = use_lean
+    try:
+        with torch.inference_mode():
+            cache = kv.new_cache(model)
+            out = [kv.forward_hidden(model, torch.tensor([ids[:20]]), cache),
+                   kv.forward_hidden(model, torch.tensor([ids[20:35]]), cache),
+                   kv.forward_hidden(model, torch.tensor([[ids[35]]]), cache)]
+            tree = build_tree(ids[36], [Candidate(ids[37:42], "a"), Candidate([ids[37], 3, 4], "b")], 16, 16)
+            past = kv.cached_length(cache)
+            mask = tree_attention_mask(tree, past, torch.float32, "cpu")
+            positions = torch.tensor([[past + d for d in tree.depths]])
+            out.append(kv.forward_hidden(model, torch.tensor([tree.tokens]), cache, attention_mask=mask,
+                                         position_ids=positions))
+            return out
+    finally:
+        lean.enabled = True
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_lean_forward_matches_transformers_bit_for_bit(tiny_models, arch):
+    model = AutoModelForCausalLM.from_pretrained(tiny_models[arch]).eval()
+    assert lean.decoder_for(model) is not None
+    ids = [(7 * i + 3) % (model.config.vocab_size - 10) + 5 for i in range(50)]
+    reference = _hidden_states(model, ids, use_lean=False)
+    for ours, theirs in zip(_hidden_states(model, ids, use_lean=True), reference):
+        assert torch.equal(ours, theirs)
+
+
+def test_fused_projections_are_views_and_transformers_still_agrees(tiny_models):
+    model = AutoModelForCausalLM.from_pretrained(tiny_models["qwen2"]).eval()  # q/k/v have biases
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    with torch.inference_mode():
+        before = model(input_ids=ids).logits
+        decoder = lean.decoder_for(model)
+        after = model(input_ids=ids).logits
+    attn = model.model.layers[0].self_attn
+    assert attn.q_proj.weight.data_ptr() == decoder.layers[0].qkv_weight.data_ptr()
+    assert attn.k_proj.bias.data_ptr() > decoder.layers[0].qkv_bias.data_ptr()
+    assert torch.equal(before, after)
+
+
+def test_unsupported_architectures_keep_the_transformers_forward(tiny_models):
+    model = AutoModelForCausalLM.from_pretrained(tiny_models["gpt2"]).eval()
+    assert lean.decoder_for(model) is None
+    with torch.inference_mode():
+        hidden = kv.forward_hidden(model, torch.tensor([[5, 6, 7]]), kv.new_cache(model))
+    assert hidden.shape == (1, 3, model.config.hidden_size)
