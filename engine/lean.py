@@ -129,15 +129,10 @@ class LeanDecoder:
             v = v.view(1, t, -1, layer.head_dim).transpose(1, 2)
             k, v = cache.layers[i].update(_rotate(k, cos, sin), v)
             q = _rotate(q, cos, sin)
-            if layer.groups > 1 and attention_mask is not None:
-                # SDPA on the CPU takes grouped heads only without a mask: repeat the kv heads.
-                k = k.repeat_interleave(layer.groups, dim=1)
-                v = v.repeat_interleave(layer.groups, dim=1)
-                gqa = False
-            else:
-                gqa = layer.groups > 1
+            # Grouped kv heads go to SDPA as they are: repeating them (as transformers does when
+            # there is a mask) copies the whole cache every step, and gives the same numbers.
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, is_causal=causal,
-                                                 scale=layer.scaling, enable_gqa=gqa)
+                                                 scale=layer.scaling, enable_gqa=layer.groups > 1)
             x = x + layer.o_proj(out.transpose(1, 2).reshape(1, t, -1))
             h = _rms_norm(x, layer.post_norm)
             gate, up = F.linear(h, layer.gate_up_weight, layer.gate_up_bias).chunk(2, dim=-1)
