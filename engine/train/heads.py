@@ -42,11 +42,30 @@ class HeadsState:
     losses: list = field(default_factory=list)
 
 
-def windows_from_texts(tokenizer, texts: list[str], seq_len: int, eos_id: int) -> torch.Tensor:
+def windows_from_texts(tokenizer, texts: list[str], seq_len: int, eos_id: int, *, fim_prompt=None,
+                       fim_rate: float = 0.0, seed: int = 0, fim_chars: int = 800) -> torch.Tensor:
+    """Token windows (N, seq_len) of the texts, one after another, each text ended by EOS.
+
+    With `fim_prompt(prefix, suffix) -> ids` (the engine's own prompt format), a share `fim_rate` of
+    pieces of about `fim_chars` characters are written as the engine will prompt: the heads then
+    learn from the hidden states they will see behind a fill-in-the-middle prompt."""
+    from .model import fim_split, split_into_chunks
+
+    rng = random.Random(seed)
     ids: list[int] = []
     for text in texts:
-        ids.extend(tokenizer.encode(text, add_special_tokens=False))
-        ids.append(eos_id)
+        if fim_prompt is None or fim_rate <= 0:
+            ids.extend(tokenizer.encode(text, add_special_tokens=False))
+            ids.append(eos_id)
+            continue
+        for chunk in split_into_chunks(text, fim_chars):
+            if rng.random() < fim_rate:
+                prefix, middle, suffix = fim_split(chunk, rng)
+                ids.extend(fim_prompt(prefix, suffix))
+                ids.extend(tokenizer.encode(middle, add_special_tokens=False))
+            else:
+                ids.extend(tokenizer.encode(chunk, add_special_tokens=False))
+            ids.append(eos_id)
     n = len(ids) // seq_len
     return torch.tensor(ids[: n * seq_len], dtype=torch.long).view(n, seq_len)
 

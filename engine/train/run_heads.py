@@ -28,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--positions", type=int, default=512, help="positions scored per step (default 512)")
+    parser.add_argument("--fim-rate", type=float, default=0.5,
+                        help="share of training pieces in the engine's fill-in-the-middle prompt format (default 0.5)")
     parser.add_argument("--decay", type=float, default=0.8, help="per-head loss weight decay**k (default 0.8)")
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--max-files", type=int, default=2000, help="cap on corpus files read")
@@ -71,9 +73,11 @@ def run(args: argparse.Namespace) -> int:
     rng.shuffle(train_files)
     train_files = train_files[: args.max_files]
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
-    windows = H.windows_from_texts(tokenizer, [f.text for f in train_files], cfg.seq_len, eos).to(engine.device)
+    # Prompts in the engine's own format: what the heads see at a cursor (plain prefix for non-FIM models).
+    fim = {"fim_prompt": engine.prompt_ids, "fim_rate": args.fim_rate, "seed": args.seed} if engine.fim.name != "plain" else {}
+    windows = H.windows_from_texts(tokenizer, [f.text for f in train_files], cfg.seq_len, eos, **fim).to(engine.device)
     val_files = sorted(corpus.validation, key=lambda f: f.path)[:60] or train_files[-20:]
-    val_windows = H.windows_from_texts(tokenizer, [f.text for f in val_files], cfg.seq_len, eos)[:64].to(engine.device)
+    val_windows = H.windows_from_texts(tokenizer, [f.text for f in val_files], cfg.seq_len, eos, **fim)[:64].to(engine.device)
     if len(windows) == 0:
         print("memosight: the corpus is too small for one training window; give more code", file=sys.stderr)
         return 2
