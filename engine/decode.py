@@ -262,11 +262,12 @@ def speculative_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids
             yield root
             return
         state = DraftState(context + [root], hidden_last, len(input_ids), max_len=remaining - 1)
-        candidates = []
+        candidates, asked = [], set()
         if controller.use_drafts():
-            for drafter in drafters:
-                if controller.allows(drafter.name):
+            for drafter in sorted(drafters, key=lambda d: d.standby):
+                if (not drafter.standby or not candidates) and controller.allows(drafter.name):
                     candidates.extend(drafter.propose(state))
+                    asked.add(drafter.name)
         tree = build_tree(root, candidates, max_nodes=controller.nodes + 1, max_depth=remaining - 1)
         past = kv.cached_length(prompt_cache.cache)
         ids = torch.tensor([tree.tokens], device=device)
@@ -293,7 +294,7 @@ def speculative_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids
         for source, drafted in step_drafted.items():
             stats.drafts.add(source, drafted=drafted, accepted=step_accepted.get(source, 0))
             controller.update_source(source, drafted, step_accepted.get(source, 0))
-        if heads_drafter is not None and heads_drafter in drafters and len(tree) > 1:
+        if heads_drafter is not None and heads_drafter.name in asked and len(tree) > 1:
             stats.record_heads(heads_drafter.last_top1, accepted[1:] + [greedy_next[path[-1]]])
             if lookahead is not None and heads_drafter.last_confident:
                 lookahead.remember_confident(context[-3:] + [root], heads_drafter.last_confident)

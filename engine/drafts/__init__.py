@@ -23,6 +23,9 @@ class DraftState:
 
 class DraftSource(Protocol):
     name: str
+    # A source whose drafting has a real cost (the heads run the vocabulary projection K times) can
+    # stand by: it is asked only when the cheap sources have nothing for this step.
+    standby: bool
 
     def propose(self, state: DraftState) -> list[Candidate]: ...
 

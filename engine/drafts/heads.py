@@ -76,13 +76,17 @@ class HeadDrafter:
     """Proposes the best paths through the heads' top-k guesses (a small beam over joint probability)."""
 
     name = "heads"
+    standby = True  # K vocabulary projections a step: worth it only when nothing cheaper has a guess
 
     def __init__(self, heads: DraftHeads, lm_head: nn.Module, top_k: tuple[int, ...] = (4, 3, 2, 2),
-                 beams: int = 6, confident: float = 0.8):
+                 beams: int = 6, confident: float = 0.8, min_prob: float = 0.2):
         self.heads = heads
         self.lm_head = lm_head
         self.top_k = top_k
         self.beams = beams
+        # A drafted node costs a row of the verification pass whether or not it is accepted: guesses
+        # whose joint probability falls below this are not worth their row.
+        self.min_prob = min_prob
         self.confident = confident  # probability above which a guess goes to the lookahead cache
         self.last_confident: list[int] = []
         self.last_top1: list[int] = []
@@ -109,10 +113,12 @@ class HeadDrafter:
             confident.append(tokens[d][0])
         self.last_confident = confident
         beams: list[tuple[float, list[int]]] = [(1.0, [])]
+        kept: list[tuple[float, list[int]]] = []  # every beam prefix worth its row; the tree merges prefixes
         for d in range(depth):
             grown = [(p * probs[d][j], seq + [tokens[d][j]]) for p, seq in beams for j in range(self.top_k[d])]
-            beams = sorted(grown, key=lambda b: -b[0])[: self.beams]
-        return [Candidate(seq, self.name, score=p) for p, seq in beams]
+            beams = [b for b in sorted(grown, key=lambda b: -b[0])[: self.beams] if b[0] >= self.min_prob]
+            kept.extend(beams)
+        return [Candidate(seq, self.name, score=p) for p, seq in kept]
 
     def observe(self, state: DraftState, accepted: list[int]) -> None:
         pass

@@ -16,6 +16,7 @@ from .ngram import lookup
 
 class LookaheadCache:
     name = "lookahead"
+    standby = False
 
     def __init__(self, max_sequences: int = 64, match: int = 3, max_len: int = 16):
         self.sequences: deque[list[int]] = deque(maxlen=max_sequences)

@@ -28,6 +28,7 @@ def lookup(tokens: list[int], tail: list[int], max_len: int, max_matches: int, *
 
 class NgramDrafter:
     name = "ngram"
+    standby = False
 
     def __init__(self, sizes: tuple[int, ...] = (4, 3, 2), max_len: int = 10, max_matches: int = 2):
         self.sizes = sizes

@@ -24,7 +24,7 @@ def with_random_heads(engine, seed: int = 0):
     for p in heads.parameters():
         torch.nn.init.normal_(p, std=0.5)
     engine.heads = heads.eval()
-    engine.heads_drafter = HeadDrafter(heads, engine.model.get_output_embeddings())
+    engine.heads_drafter = HeadDrafter(heads, engine.model.get_output_embeddings(), min_prob=0.0)  # draft every guess
     engine.drafters = [engine.heads_drafter, *engine.drafters]
     return engine
 
@@ -78,3 +78,18 @@ def test_cache_is_compacted_to_the_accepted_path(tiny_model_dir):
     fresh = load_engine(str(tiny_model_dir), device="cpu")
     longer = ids + out
     assert engine.generate(longer, 10, speculative=False) == fresh.generate(longer, 10, speculative=False)
+
+
+def test_head_drafts_below_the_probability_floor_are_not_proposed(tiny_model_dir):
+    from memosight.engine.drafts import DraftState
+
+    engine = with_random_heads(load_engine(str(tiny_model_dir), device="cpu"))
+    drafter = engine.heads_drafter
+    state = DraftState([1, 2, 3], torch.randn(engine.model.config.hidden_size), 3, max_len=8)
+    everything = drafter.propose(state)
+    drafter.min_prob = 0.5
+    kept = drafter.propose(state)
+    assert len(kept) < len(everything)
+    assert all(c.score >= 0.5 for c in kept)
+    drafter.min_prob = 1.01
+    assert drafter.propose(state) == []
