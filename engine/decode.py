@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -96,9 +97,18 @@ def greedy_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids: set
 @dataclass
 class StreamState:
     text: str = ""  # the completion so far, after stop rules
+    started: float = 0.0  # time.perf_counter() when the request started (for the time budget)
     emitted: int = 0  # characters already streamed out
     tokens: int = 0
     stop_reason: str = "max_tokens"
+
+
+def over_budget(text: str, stop: StopRule, started: float) -> bool:
+    """A multi-line completion past its time budget, with at least one complete line to show."""
+    if stop.single_line or stop.time_budget_ms <= 0 or not started:
+        return False
+    complete = text[:text.rfind("\n")] if "\n" in text else ""
+    return bool(complete.strip()) and (time.perf_counter() - started) * 1000 >= stop.time_budget_ms
 
 
 def stream_text(tokens: Iterable[int], decode, stop: StopRule, end_ids: set[int],
@@ -121,6 +131,10 @@ def stream_text(tokens: Iterable[int], decode, stop: StopRule, end_ids: set[int]
         state.text = cut.text
         if cut.reason is not None:
             state.stop_reason = cut.reason
+            break
+        if over_budget(cut.text, stop, state.started):
+            state.text = cut.text[:cut.text.rfind("\n")]  # the complete lines
+            state.stop_reason = "time_budget"
             break
         safe = len(cut.text) - held_back(cut.text, stop)
         if safe > state.emitted:

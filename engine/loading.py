@@ -227,7 +227,7 @@ class Engine:
         """Text pieces as tokens are accepted. If `result` is given it receives the Completion."""
         start = time.perf_counter()
         ids = self.prompt_ids(request.prefix, request.suffix)
-        state = decode.StreamState()
+        state = decode.StreamState(started=start)
         first_ms = None
         with self._lock, self._clear_cache_on_error():
             tokens = self._tokens(ids, request.max_new_tokens, self.end_ids, request.cancel, self.speculative)

@@ -15,6 +15,9 @@ class StopRule:
     next_suffix_line: str = ""  # the first non-blank line after the cursor: stop before repeating it
     stop_strings: tuple[str, ...] = ()  # extra strings that end the completion (not included)
     block_indent: int = -1  # multi-line: a later non-blank line indented this much or less ends the block
+    # Multi-line: once this many milliseconds have passed since the request started, end at the last
+    # complete line (0 = no budget). A shorter suggestion now beats a longer one late.
+    time_budget_ms: float = 0.0
 
 
 @dataclass
@@ -37,4 +40,4 @@ class Completion:
     prompt_tokens: int
     latency_ms: float  # request start to last token
     first_token_ms: float
-    stop_reason: str  # "eos" | "max_tokens" | "newline" | "suffix" | "stop_string" | "cancelled"
+    stop_reason: str  # "eos" | "max_tokens" | "newline" | "suffix" | "stop_string" | "cancelled" | "time_budget"

@@ -28,6 +28,7 @@ class Settings:
     languages: tuple[str, ...] = ()  # language ids to complete; empty = all
     speculative: bool = True  # speculative decoding (identical output, faster)
     kv_cache_mb: int = 256  # memory bound of the cross-request KV prefix cache
+    latency_budget_ms: int = 120  # multi-line completions end at the last complete line after this (0 = off)
     log_level: str = "info"  # "debug" | "info" | "warning" | "error"
 
 
@@ -106,6 +107,7 @@ VALIDATORS = {
     "languages": _languages,
     "speculative": _bool,
     "kv_cache_mb": _int_range(0, 65536),
+    "latency_budget_ms": _int_range(0, 60000),
     "log_level": _choice("debug", "info", "warning", "error"),
 }
 assert set(VALIDATORS) == {f.name for f in dataclasses.fields(Settings)}

@@ -131,7 +131,7 @@ def completion_mode(doc: Document, cursor: int, settings: Settings) -> tuple[Sto
         return StopRule(single_line=True, suffix_line=after), False
     indent = len(opener_line) - len(opener_line.lstrip(" \t"))
     return StopRule(suffix_line=after, next_suffix_line=next_line, block_indent=indent,
-                    stop_strings=("\n\n\n",)), True
+                    stop_strings=("\n\n\n",), time_budget_ms=float(settings.latency_budget_ms)), True
 
 
 def post_process(text: str, multiline: bool) -> str:

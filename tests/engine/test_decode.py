@@ -93,3 +93,36 @@ def test_head_drafts_below_the_probability_floor_are_not_proposed(tiny_model_dir
     assert all(c.score >= 0.5 for c in kept)
     drafter.min_prob = 1.01
     assert drafter.propose(state) == []
+
+
+def _stream(pieces: list[str], stop, started: float, delay_s: float = 0.0):
+    """stream_text over `pieces` as if each were a token, `delay_s` apart."""
+    import time as _time
+
+    from memosight.engine.decode import StreamState, stream_text
+
+    def tokens():
+        for i in range(len(pieces)):
+            _time.sleep(delay_s)
+            yield i
+
+    state = StreamState(started=started)
+    text = "".join(stream_text(tokens(), lambda ids: "".join(pieces[i] for i in ids), stop, set(), state))
+    return text, state
+
+
+def test_a_multi_line_completion_over_its_time_budget_ends_at_its_last_complete_line():
+    import time as _time
+
+    from memosight.engine.request import StopRule
+
+    pieces = ["    a = 1", "\n", "    b = ", "2", "\n", "    c = 3", "\n"]
+    budget = StopRule(block_indent=0, time_budget_ms=1.0)
+    text, state = _stream(pieces, budget, started=_time.perf_counter() - 1.0)  # already over
+    assert (text, state.stop_reason) == ("    a = 1", "time_budget")
+    relaxed = StopRule(block_indent=0, time_budget_ms=60_000.0)
+    text, state = _stream(pieces, relaxed, started=_time.perf_counter())
+    assert text == "    a = 1\n    b = 2\n    c = 3\n" and state.stop_reason == "max_tokens"
+    single = StopRule(single_line=True, time_budget_ms=1.0)  # single lines are short: no budget
+    text, state = _stream(pieces, single, started=_time.perf_counter() - 1.0)
+    assert (text, state.stop_reason) == ("    a = 1", "newline")

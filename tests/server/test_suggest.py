@@ -181,3 +181,12 @@ def test_build_context_falls_back_to_truncation_if_compression_fails():
     packed = suggester.build_context(FakeEngine(""), doc, 6, Settings(context_budget=64))
     assert packed.prefix == "x = 1\n" and packed.suffix == "y = 2\n"
     suggester.shutdown()
+
+
+def test_multi_line_completions_carry_the_latency_budget():
+    text = "def f(x):\n    \n"
+    doc = Document("file:///a.py", text, "python")
+    stop, multiline = completion_mode(doc, len("def f(x):\n    "), Settings(latency_budget_ms=90))
+    assert multiline and stop.time_budget_ms == 90
+    stop, multiline = completion_mode(doc, len("def f("), Settings(latency_budget_ms=90))
+    assert not multiline and stop.single_line
