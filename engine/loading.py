@@ -228,6 +228,7 @@ class Engine:
         start = time.perf_counter()
         ids = self.prompt_ids(request.prefix, request.suffix)
         state = decode.StreamState(started=start)
+        reused_before = self.prompt_cache.reused_tokens
         first_ms = None
         with self._lock, self._clear_cache_on_error():
             tokens = self._tokens(ids, request.max_new_tokens, self.end_ids, request.cancel, self.speculative)
@@ -246,7 +247,8 @@ class Engine:
         self.requests += 1
         if result is not None:
             result["completion"] = Completion(state.text, state.tokens, len(ids), latency,
-                                              first_ms if first_ms is not None else latency, state.stop_reason)
+                                              first_ms if first_ms is not None else latency, state.stop_reason,
+                                              self.prompt_cache.reused_tokens - reused_before)
 
     def complete(self, prefix: str, suffix: str = "", *, max_new_tokens: int = 64, single_line: bool = False,
                  language: str = "", stop: StopRule | None = None) -> Completion:

@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--key-ms", type=float, default=60.0, help="time between keystrokes in a burst")
     parser.add_argument("--pause-ms", type=float, default=400.0, help="pause after a burst (a request is sent)")
     parser.add_argument("--min-accept", type=int, default=3, help="matching characters a user accepts")
+    parser.add_argument("--server-log", metavar="FILE", help="the server's debug log (one line per completion)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
 
@@ -40,7 +41,8 @@ class Replay:
     answered: int = 0
     with_items: int = 0
     cancelled_by_client: int = 0
-    stale: int = 0  # suggestions that arrived for a request older than the newest one
+    stale: int = 0  # suggestions that arrived after a newer request for the document had been sent
+    crossed: int = 0  # suggestions for a cancelled request that arrived before any newer request
     typed_chars: int = 0
     saved_chars: int = 0
     accepted: int = 0
@@ -143,7 +145,8 @@ async def replay_function(lsp, uri: str, text: str, start: int, end: int, args, 
             if pending is not None and not pending[1].done():  # typing resumes: the editor cancels
                 lsp.cancel(pending[0])
                 stats.cancelled_by_client += 1
-                pending[1].add_done_callback(lambda f: _count_stale(f, stats))
+                sent = stats.requests
+                pending[1].add_done_callback(lambda f, sent=sent: _count_stale(f, stats, sent))
                 pending = None
             insert(key)
             stats.typed_chars += len(key)
@@ -185,12 +188,17 @@ async def replay_function(lsp, uri: str, text: str, start: int, end: int, args, 
     lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
 
 
-def _count_stale(fut: asyncio.Future, stats: Replay) -> None:
+def _count_stale(fut: asyncio.Future, stats: Replay, requests_when_cancelled: int) -> None:
+    """A cancelled request's answer is stale only if a newer request went out before it arrived;
+    one that crossed the cancellation on the wire arrives first and the editor drops it."""
     if fut.cancelled() or fut.exception() is not None:
         return
     result = fut.result()
     if isinstance(result, dict) and result.get("items"):
-        stats.stale += 1
+        if stats.requests > requests_when_cancelled:
+            stats.stale += 1
+        else:
+            stats.crossed += 1
 
 
 async def replay(args) -> dict:
@@ -201,7 +209,8 @@ async def replay(args) -> dict:
     if not functions:
         raise SystemExit(f"memosight: no function of at most {args.max_chars} characters under {args.corpus}")
     env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
-    lsp = LspProcess([sys.executable, "-m", "memosight.server", "--stdio"], env=env)
+    server_args = ["--log-file", args.server_log, "--log-level", "debug"] if args.server_log else []
+    lsp = LspProcess([sys.executable, "-m", "memosight.server", "--stdio", *server_args], env=env)
     await lsp.start()
     options = {"model": args.model} if args.model else {}
     await lsp.call("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": {},
@@ -246,6 +255,7 @@ def summarize(stats: Replay, before: dict, after: dict, functions: int) -> dict:
         "accepted": stats.accepted,
         "cancelled_by_client": stats.cancelled_by_client, "server_cancelled": delta["cancelled"],
         "server_superseded": delta["superseded"], "stale_suggestions": stats.stale,
+        "crossed_cancellations": stats.crossed,
     }
 
 
@@ -263,5 +273,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"characters saved {result['chars_saved']} of {result['chars_saved'] + result['chars_typed']} "
           f"({result['chars_saved_share']:.1%}), {result['accepted']} acceptances")
     print(f"cancelled by the client {result['cancelled_by_client']}  server: cancelled {result['server_cancelled']} "
-          f"superseded {result['server_superseded']}  stale suggestions {result['stale_suggestions']}")
+          f"superseded {result['server_superseded']}  stale suggestions {result['stale_suggestions']} "
+          f"(answers that crossed a cancellation: {result['crossed_cancellations']})")
     return 0
