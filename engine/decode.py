@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -27,6 +28,7 @@ class PromptCache:
         self.reused_tokens = 0
         self.prefix_tree = prefix_tree  # earlier prompts' blocks, for prompts that do not extend the last one
         self.reuse = True  # off for models whose cache cannot be cropped (sliding-window attention)
+        self.prefill_threads = None  # threads.PrefillThreads on a multi-core CPU
 
     def _reuse(self, model, input_ids: list[int]) -> int:
         """Bring the cache to the longest reusable prefix of `input_ids`; returns its length."""
@@ -60,7 +62,9 @@ class PromptCache:
         keep = self._reuse(model, input_ids)
         self.tokens = list(input_ids[:keep])  # what the cache holds, should the forward fail
         device = next(model.parameters()).device
-        hidden = kv.forward_hidden(model, torch.tensor([input_ids[keep:]], device=device), self.cache)
+        tail = input_ids[keep:]
+        with self.prefill_threads.for_prefill(len(tail)) if self.prefill_threads else contextlib.nullcontext():
+            hidden = kv.forward_hidden(model, torch.tensor([tail], device=device), self.cache)
         self.tokens = list(input_ids)
         self.prompt_tokens += len(input_ids)
         self.reused_tokens += keep

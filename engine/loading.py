@@ -20,6 +20,7 @@ from .drafts.lookahead import LookaheadCache
 from .drafts.ngram import NgramDrafter
 from .fim import FimTemplate, detect_template, end_token_ids, read_model_options, render_ids
 from .request import Completion, CompletionRequest, StopRule
+from .threads import PrefillThreads
 
 log = logging.getLogger(__name__)
 
@@ -285,6 +286,7 @@ class Engine:
                 "reused_tokens": pc.reused_tokens,
                 "hit_rate": round(pc.reused_tokens / pc.prompt_tokens, 4) if pc.prompt_tokens else 0.0,
                 "prefix_tree": pc.prefix_tree.stats() if pc.prefix_tree is not None else None,
+                "prefill_threads": pc.prefill_threads.to_json() if pc.prefill_threads is not None else None,
             },
         }
 
@@ -299,4 +301,7 @@ def load_engine(model: str | None = None, device: str | None = None, dtype: str 
         torch.set_num_threads(cpu_threads(hf_model))
     name = "default" if model is None else model
     log.info("loaded %s on %s (%s)", name, torch_device, torch_dtype)
-    return Engine(hf_model, tokenizer, torch_device, name, source if local else None)
+    engine = Engine(hf_model, tokenizer, torch_device, name, source if local else None)
+    if torch_device.type == "cpu" and not os.environ.get("MEMOSIGHT_THREADS"):
+        engine.prompt_cache.prefill_threads = PrefillThreads((torch.get_num_threads(), os.cpu_count() or 1))
+    return engine
