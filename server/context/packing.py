@@ -132,6 +132,7 @@ class ContextCompressor:
         self._far_parts = LRU(cache_size)
         self._near_starts = LRU(cache_size)
         self._near_suffixes = LRU(cache_size)
+        self._suffixes = LRU(cache_size)  # (uri, text after the cursor, budget) -> the suffix's parts
         self._windows = LRU(cache_size)  # uri -> the last near window (see _window)
         self._token_counts = LRU(50_000)
 
@@ -172,9 +173,18 @@ class ContextCompressor:
         # Near suffix: the rest of the near window, whole lines from the cursor.
         near_end = min(def_end + 1, text.count("\n") + 1)
         end_offset = rows.offset(near_end)
-        near_suffix, suffix_cut = self._near_suffix(text[cursor:end_offset], int(suffix_budget * NEAR_SUFFIX_SHARE),
-                                                    comment, count_tokens)
-        near_suffix_tokens = count(near_suffix) if near_suffix else 0
+        # Typing at the cursor leaves the text after it unchanged, and so the suffix: reused as it
+        # was, since the model reads it first (fill-in-the-middle, suffix first) and any change there
+        # costs the whole prompt's KV cache, even where the function's extent shifts as it grows.
+        suffix_key = (doc.uri, content_hash(text[cursor:]), budget, suffix_share)
+        kept_suffix = self._suffixes.get(suffix_key)
+        if kept_suffix is not None:
+            near_suffix, suffix_cut, near_suffix_tokens, kept_below = kept_suffix
+        else:
+            near_suffix, suffix_cut = self._near_suffix(text[cursor:end_offset],
+                                                        int(suffix_budget * NEAR_SUFFIX_SHARE), comment, count_tokens)
+            near_suffix_tokens = count(near_suffix) if near_suffix else 0
+            kept_below = None
 
         # Near prefix: from the start of the near window, unless too long (then from a later line).
         near_prefix_budget = int((budget - suffix_budget) * NEAR_PREFIX_SHARE)
@@ -214,10 +224,15 @@ class ContextCompressor:
             return [*other_sources, _Source(doc.path, analysis, scores, (0, near_start), comment)]
 
         # Below the near window, in the suffix (budget: what the near suffix left of the suffix share).
-        below_key = ("below", doc.uri, content_hash(text[end_offset:]), near_end - def_start, budget)
-        below = self._far_part(below_key, suffix_budget - near_suffix_tokens, budget, used, lambda b: self._choose(
-            sources("below"), b, marker_tokens, count_tokens, header=False, trailing=False, gap_before=suffix_cut),
-            known)
+        if kept_below is not None and not (used & kept_below.known) - kept_below.considered:
+            below = kept_below
+        else:  # first time here, or a newly typed name has a definition below that was not considered
+            below_key = ("below", doc.uri, content_hash(text[end_offset:]), near_end - def_start, budget)
+            below = self._far_part(below_key, suffix_budget - near_suffix_tokens, budget, used,
+                                   lambda b: self._choose(sources("below"), b, marker_tokens, count_tokens,
+                                                          header=False, trailing=False, gap_before=suffix_cut),
+                                   known)
+            self._suffixes.put(suffix_key, (near_suffix, suffix_cut, near_suffix_tokens, below))
         suffix = near_suffix + below.text
 
         # Above the near window, and other open files, in the prefix.

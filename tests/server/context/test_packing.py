@@ -102,6 +102,36 @@ def test_typing_inside_a_function_keeps_the_prompt_head_stable():
     assert sum(heads) / len(heads) > 0.9  # the new prefix extends the previous one
 
 
+STACK_HEAD = ('import threading\n\n_state = threading.local()\n\n\ndef push_item(item) -> None:\n'
+              '    """Puts an item on the stack."""\n    _state.stack.append(item)\n\n\n')
+STACK_BODY = 'def pop_item() -> None:\n    """Takes the top item off the stack."""\n    _state.stack.pop()\n'
+STACK_TAIL = ('\n\ndef resolve_default(value: bool | None = None) -> bool:\n    """Works out the default of the flag.'
+              '  When a\n    value is given it comes back as it is, else it is read from the\n    current item on the'
+              ' stack.\n\n    :param value: the value, or None.\n    """\n    if value is not None:\n        return value'
+              '\n\n    item = top_item(silent=True)\n\n    if item is not None:\n        return item.flag\n\n    return False\n'
+              + "".join(f'\n\ndef other_{i}(x):\n    """Other helper {i} with a longer docstring line."""\n'
+                        f'    return x + {i}\n' for i in range(6)))
+
+
+@pytest.mark.parametrize("budget", [200, 300, 400])
+def test_typing_a_function_keeps_the_suffix_identical(budget):
+    # As the typed function grows, its extent (and the split between the rest of it and the far
+    # code below) moves; the text after the cursor does not, and neither may the suffix, which a
+    # suffix-first prompt reads before everything else (a change there costs the whole KV cache).
+    from memosight.server.commands.bench_replay import keystrokes
+
+    doc = Document("file:///g.py", STACK_HEAD + STACK_TAIL, "python")
+    compressor = ContextCompressor()
+    cursor, suffixes = len(STACK_HEAD), []
+    for key in keystrokes(STACK_BODY):
+        row = doc.text[:cursor].count("\n")
+        col = cursor - (doc.text.rfind("\n", 0, cursor) + 1)
+        doc.apply_change(key, Position(row, col), Position(row, col))
+        cursor += len(key)
+        suffixes.append(compressor.build(doc, cursor, budget, 0.25, CHARS).suffix)
+    assert len(set(suffixes)) == 1 and "def resolve_default" in suffixes[0]
+
+
 def test_moving_to_another_function_changes_the_far_context():
     doc = Document("file:///m.py", python_module(), "python")
     compressor = ContextCompressor()
