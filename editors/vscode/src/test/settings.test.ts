@@ -67,6 +67,7 @@ test("contributed defaults are the server's defaults", () => {
     languages: [],
     speculative: true,
     kvCacheMb: 256,
+    latencyBudgetMs: 120,
     logLevel: "info",
   });
 });
