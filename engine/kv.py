@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
@@ -101,37 +100,6 @@ def crop(cache, keep: int) -> None:
     drop = cached_length(cache) - keep
     if drop > 0:
         cache.crop(-drop)
-
-
-def forward(model, input_ids: torch.Tensor, cache, *, logits_to_keep: int = 1,
-            attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-            output_hidden_states: bool = False):
-    """One forward pass that appends `input_ids` (1, T) to `cache` in place.
-
-    Returns the model output; positions continue after what the cache holds unless given.
-    """
-    start = cached_length(cache)
-    if position_ids is None:
-        position_ids = torch.arange(start, start + input_ids.shape[1], device=input_ids.device).unsqueeze(0)
-    kwargs = {cache_argument_name(model): cache}
-    if attention_mask is not None:
-        kwargs["attention_mask"] = attention_mask
-    return model(
-        input_ids=input_ids,
-        position_ids=position_ids,
-        use_cache=True,
-        logits_to_keep=logits_to_keep,
-        output_hidden_states=output_hidden_states,
-        **kwargs,
-    )
-
-
-@dataclass
-class ReusedPrefix:
-    """What the last prompt left in the cache: its tokens and the cache that holds them."""
-
-    tokens: list[int]
-    cache: object
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:
