@@ -79,7 +79,7 @@ class HeadDrafter:
     standby = True  # K vocabulary projections a step: worth it only when nothing cheaper has a guess
 
     def __init__(self, heads: DraftHeads, lm_head: nn.Module, top_k: tuple[int, ...] = (4, 3, 2, 2),
-                 beams: int = 6, confident: float = 0.8, min_prob: float = 0.2):
+                 beams: int = 6, confident: float = 0.8, min_prob: float = 0.3):
         self.heads = heads
         self.lm_head = lm_head
         self.top_k = top_k
