@@ -195,7 +195,7 @@ class DraftController:
     failing, since a verification pass that accepts nothing costs more than a plain step."""
 
     def __init__(self, max_nodes: int = 24, min_nodes: int = 4, patience: int = 4, backoff: int = 8,
-                 min_source_rate: float = 0.05, source_backoff: int = 32):
+                 min_source_rate: float = 0.05, source_backoff: int = 32, min_asks: int = 8):
         self.max_nodes, self.min_nodes = max_nodes, min_nodes
         self.nodes = max_nodes
         self.patience, self.backoff = patience, backoff
@@ -206,6 +206,14 @@ class DraftController:
         self.min_source_rate, self.source_backoff = min_source_rate, source_backoff
         self.source_rate: dict[str, float] = {}
         self.source_pause: dict[str, int] = {}
+        # Per source, in time: what asking it costs (its propose call) against the decoding time its
+        # accepted tokens save. A source whose guesses are right but dear to make (the heads run the
+        # vocabulary projection K times) can lose time even with a good acceptance rate.
+        self.min_asks = min_asks
+        self.ask_seconds: dict[str, float] = {}
+        self.ask_gain: dict[str, float] = {}  # tokens accepted per ask
+        self.asks: dict[str, int] = {}
+        self.seconds_per_token = 0.0
 
     def allows(self, source: str) -> bool:
         left = self.source_pause.get(source, 0)
@@ -222,6 +230,23 @@ class DraftController:
         if rate < self.min_source_rate:
             self.source_pause[source] = self.source_backoff
             self.source_rate[source] = 0.2  # a fresh chance after the pause
+
+    def record_step(self, seconds: float, tokens: int) -> None:
+        per_token = seconds / max(1, tokens)
+        self.seconds_per_token = per_token if not self.seconds_per_token else \
+            0.9 * self.seconds_per_token + 0.1 * per_token
+
+    def update_ask(self, source: str, seconds: float, accepted: int) -> None:
+        """After a step that asked `source`: pause it when its guesses save less time than they cost."""
+        n = self.asks.get(source, 0) + 1
+        self.asks[source] = n
+        self.ask_seconds[source] = seconds if n == 1 else 0.9 * self.ask_seconds[source] + 0.1 * seconds
+        self.ask_gain[source] = accepted if n == 1 else 0.9 * self.ask_gain[source] + 0.1 * accepted
+        # The saving of an accepted token is roughly a decoding step's share per token; the drafted
+        # nodes cost verification time too, hence the margin.
+        if n >= self.min_asks and self.ask_gain[source] * self.seconds_per_token < 1.5 * self.ask_seconds[source]:
+            self.source_pause[source] = self.source_backoff
+            self.asks[source] = 0  # a fresh measurement after the pause
 
     def use_drafts(self) -> bool:
         if self.plain_left > 0:
@@ -280,12 +305,14 @@ def speculative_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids
             yield root
             return
         state = DraftState(context + [root], hidden_last, len(input_ids), max_len=remaining - 1)
-        candidates, asked = [], set()
+        step_start = time.perf_counter()
+        candidates, asked = [], {}  # source -> seconds its propose call took
         if controller.use_drafts():
             for drafter in sorted(drafters, key=lambda d: d.standby):
                 if (not drafter.standby or not candidates) and controller.allows(drafter.name):
+                    started = time.perf_counter()
                     candidates.extend(drafter.propose(state))
-                    asked.add(drafter.name)
+                    asked[drafter.name] = time.perf_counter() - started
         tree = build_tree(root, candidates, max_nodes=controller.nodes + 1, max_depth=remaining - 1)
         past = kv.cached_length(prompt_cache.cache)
         ids = torch.tensor([tree.tokens], device=device)
@@ -312,6 +339,9 @@ def speculative_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids
         for source, drafted in step_drafted.items():
             stats.drafts.add(source, drafted=drafted, accepted=step_accepted.get(source, 0))
             controller.update_source(source, drafted, step_accepted.get(source, 0))
+        controller.record_step(time.perf_counter() - step_start, len(accepted))
+        for source, seconds in asked.items():
+            controller.update_ask(source, seconds, step_accepted.get(source, 0))
         if heads_drafter is not None and heads_drafter.name in asked and len(tree) > 1:
             stats.record_heads(heads_drafter.last_top1, accepted[1:] + [greedy_next[path[-1]]])
             if lookahead is not None and heads_drafter.last_confident:

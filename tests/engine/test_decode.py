@@ -126,3 +126,15 @@ def test_a_multi_line_completion_over_its_time_budget_ends_at_its_last_complete_
     single = StopRule(single_line=True, time_budget_ms=1.0)  # single lines are short: no budget
     text, state = _stream(pieces, single, started=_time.perf_counter() - 1.0)
     assert (text, state.stop_reason) == ("    a = 1", "newline")
+
+
+def test_a_source_that_costs_more_time_than_its_tokens_save_is_paused():
+    from memosight.engine.decode import DraftController
+
+    controller = DraftController(min_asks=4, source_backoff=10)
+    controller.record_step(0.010, 2)  # 5 ms a token
+    for _ in range(4):
+        controller.update_ask("dear", seconds=0.004, accepted=0)  # 4 ms an ask, nothing accepted
+        controller.update_ask("cheap", seconds=0.0001, accepted=2)
+    assert not controller.allows("dear")
+    assert controller.allows("cheap")
