@@ -243,8 +243,10 @@ class DraftController:
         self.ask_seconds[source] = seconds if n == 1 else 0.9 * self.ask_seconds[source] + 0.1 * seconds
         self.ask_gain[source] = accepted if n == 1 else 0.9 * self.ask_gain[source] + 0.1 * accepted
         # The saving of an accepted token is roughly a decoding step's share per token; the drafted
-        # nodes cost verification time too, hence the margin.
-        if n >= self.min_asks and self.ask_gain[source] * self.seconds_per_token < 1.5 * self.ask_seconds[source]:
+        # nodes cost verification time too, hence the margin. A cheap source (an n-gram lookup) is
+        # never paused for this: asking it in vain loses next to nothing.
+        loss = 1.5 * self.ask_seconds[source] - self.ask_gain[source] * self.seconds_per_token
+        if n >= self.min_asks and loss > 0.1 * self.seconds_per_token:
             self.source_pause[source] = self.source_backoff
             self.asks[source] = 0  # a fresh measurement after the pause
 

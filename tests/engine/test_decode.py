@@ -138,3 +138,13 @@ def test_a_source_that_costs_more_time_than_its_tokens_save_is_paused():
         controller.update_ask("cheap", seconds=0.0001, accepted=2)
     assert not controller.allows("dear")
     assert controller.allows("cheap")
+
+
+def test_a_cheap_source_is_not_paused_for_asks_that_found_nothing():
+    from memosight.engine.decode import DraftController
+
+    controller = DraftController(min_asks=4)
+    controller.record_step(0.010, 2)
+    for _ in range(20):
+        controller.update_ask("lookup", seconds=0.00005, accepted=0)
+    assert controller.allows("lookup")
