@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 
@@ -62,13 +63,11 @@ def build_tree(root: int, candidates: list[Candidate], max_nodes: int, max_depth
 def tree_attention_mask(tree: DraftTree, past: int, dtype: torch.dtype, device) -> torch.Tensor:
     """Additive mask (1, 1, N, past + N): every node sees the cached past, its ancestors and itself."""
     n = len(tree)
-    visible = [[False] * n for _ in range(n)]
-    for node in range(n):  # parents come before children, so the parent's row is complete
-        parent = tree.parents[node]
+    visible = np.eye(n, dtype=bool)  # numpy rows: this runs every decoding step
+    for node, parent in enumerate(tree.parents):  # parents come before children: their rows are complete
         if parent >= 0:
-            visible[node] = list(visible[parent])
-        visible[node][node] = True
-    tree_part = torch.tensor(visible, device=device)
+            visible[node] |= visible[parent]
+    tree_part = torch.from_numpy(visible).to(device)
     mask = torch.zeros((n, past + n), dtype=dtype, device=device)
     mask[:, past:].masked_fill_(~tree_part, torch.finfo(dtype).min)
     return mask[None, None]
