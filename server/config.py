@@ -21,14 +21,14 @@ class Settings:
     model: str | None = None  # model folder or Hugging Face id; None = the embedded default model
     device: str = "auto"  # "auto" (CUDA when available), "cpu", "cuda", "cuda:N"
     dtype: str = "auto"  # "auto" (float32 on CPU, bf16/fp16 on GPU), "float32", "bfloat16", "float16"
-    max_new_tokens: int = 64  # upper bound on one completion's length in tokens
+    max_new_tokens: int = 64  # upper bound on one completion's length in tokens (single lines: 32 at most)
     multiline: str = "auto"  # "auto" | "always" | "never"
     context_budget: int = 1024  # prompt tokens (prefix + suffix) given to the model
     suffix_share: float = 0.25  # share of the budget given to the text after the cursor
     languages: tuple[str, ...] = ()  # language ids to complete; empty = all
     speculative: bool = True  # speculative decoding (identical output, faster)
     kv_cache_mb: int = 256  # memory bound of the cross-request KV prefix cache
-    latency_budget_ms: int = 120  # multi-line completions end at the last complete line after this (0 = off)
+    latency_budget_ms: int = 100  # multi-line completions end at the last complete line after this (0 = off)
     log_level: str = "info"  # "debug" | "info" | "warning" | "error"
 
 

@@ -24,6 +24,9 @@ from .documents import Document
 log = logging.getLogger(__name__)
 
 BRACE_LANGUAGES_OPENERS = ("{", "(", "[", "=>")
+# A single-line suggestion ends at the line's end; a line of code is rarely longer than this many
+# tokens (about 100 characters), and generation that runs past it is nearly always a loop.
+SINGLE_LINE_MAX_TOKENS = 32
 
 
 @dataclass
@@ -319,8 +322,8 @@ class Suggester:
         context_ms = (time.perf_counter() - start) * 1000
         if doc.version != version:  # an edit arrived while the context was built
             return None
-        request = CompletionRequest(context.prefix, context.suffix, doc.language, settings.max_new_tokens,
-                                    stop, gen.cancel)
+        max_new = settings.max_new_tokens if multiline else min(settings.max_new_tokens, SINGLE_LINE_MAX_TOKENS)
+        request = CompletionRequest(context.prefix, context.suffix, doc.language, max_new, stop, gen.cancel)
         result: dict = {}
         text = ""
         for piece in engine.stream(request, result):

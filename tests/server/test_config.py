@@ -65,4 +65,4 @@ def test_latency_budget_is_validated():
     values, errors = validate({"latencyBudgetMs": -5, "max_new_tokens": 80}, "test")
     assert [e.key for e in errors] == ["latencyBudgetMs"]  # named as the user wrote it
     assert "between 0 and 60000" in errors[0].reason and values == {"max_new_tokens": 80}
-    assert Settings().latency_budget_ms == 120
+    assert Settings().latency_budget_ms == 100

@@ -119,7 +119,8 @@ async def test_utf16_positions_with_emoji_cjk_and_crlf(tmp_path, repeater_model_
 
 
 async def test_cancel_request_stops_generation_quickly(tmp_path, repeater_model_dir):
-    options = {"model": str(repeater_model_dir), "max_new_tokens": 1024, "speculative": False}
+    # Multi-line: a single line would stop at 32 tokens, and these need a long generation.
+    options = {"model": str(repeater_model_dir), "max_new_tokens": 1024, "speculative": False, "multiline": "always"}
     async with lsp_session(tmp_path, options) as client:
         uri = open_doc(client, tmp_path / "a.py")
         await inline(client, uri, 0, 0)  # warm up: the model is loaded
@@ -146,7 +147,8 @@ async def test_cancel_request_stops_generation_quickly(tmp_path, repeater_model_
 
 async def test_newer_request_supersedes_the_older(tmp_path, repeater_model_dir):
     # Plain decoding keeps the older generation running long enough to be superseded.
-    options = {"model": str(repeater_model_dir), "max_new_tokens": 1024, "speculative": False}
+    # Multi-line: a single line would stop at 32 tokens, and these need a long generation.
+    options = {"model": str(repeater_model_dir), "max_new_tokens": 1024, "speculative": False, "multiline": "always"}
     async with lsp_session(tmp_path, options) as client:
         uri = open_doc(client, tmp_path / "a.py")
         await inline(client, uri, 0, 0)
@@ -160,7 +162,7 @@ async def test_newer_request_supersedes_the_older(tmp_path, repeater_model_dir):
 
 async def test_invalid_config_value_is_reported_and_the_default_kept(tmp_path, repeater_model_dir):
     (tmp_path / ".memosight.toml").write_text(
-        f'model = "{repeater_model_dir}"\nmax_new_tokens = "lots"\nmultline = "auto"\n')
+        f'model = "{repeater_model_dir}"\nmax_new_tokens = "lots"\nmultline = "auto"\nmultiline = "always"\n')
     async with lsp_session(tmp_path) as client:
         uri = open_doc(client, tmp_path / "a.py")
         result = await inline(client, uri, 1, 4)

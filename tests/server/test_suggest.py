@@ -190,3 +190,21 @@ def test_multi_line_completions_carry_the_latency_budget():
     assert multiline and stop.time_budget_ms == 90
     stop, multiline = completion_mode(doc, len("def f("), Settings(latency_budget_ms=90))
     assert not multiline and stop.single_line
+
+
+def test_single_line_requests_ask_for_at_most_a_line_of_tokens():
+    from memosight.server.suggest import SINGLE_LINE_MAX_TOKENS
+
+    seen = []
+
+    class Recording(FakeEngine):
+        def stream(self, request, result):
+            seen.append(request.max_new_tokens)
+            yield from super().stream(request, result)
+
+    suggester = Suggester(load_engine=lambda settings: Recording("x"))
+    mid_line = Document("file:///a.py", "def f(x):\n    return g(\n", "python")
+    asyncio.run(suggester.suggest(mid_line, len("def f(x):\n    return g("), Settings(max_new_tokens=64)))
+    below_opener = Document("file:///b.py", "def f(x):\n    \n", "python")
+    asyncio.run(suggester.suggest(below_opener, len("def f(x):\n    "), Settings(max_new_tokens=64)))
+    assert SINGLE_LINE_MAX_TOKENS < 64 and seen == [SINGLE_LINE_MAX_TOKENS, 64]

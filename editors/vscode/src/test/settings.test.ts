@@ -67,7 +67,7 @@ test("contributed defaults are the server's defaults", () => {
     languages: [],
     speculative: true,
     kvCacheMb: 256,
-    latencyBudgetMs: 120,
+    latencyBudgetMs: 100,
     logLevel: "info",
   });
 });
