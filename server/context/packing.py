@@ -265,14 +265,16 @@ class ContextCompressor:
     def _window(self, uri: str, language: str, text: str, tree, rows: "_Rows") -> tuple[int, int]:
         """First and last rows of the near window: the function around the cursor, else a window of
         lines that moves by whole quanta. While the code around the cursor does not parse (an
-        unclosed bracket as the user types), the last window is kept if the code above it and below
-        it is unchanged, so a transient error does not reshuffle the context."""
+        unclosed bracket or docstring as the user types), the last window is kept if the code above
+        it and below it is unchanged, so a transient error does not reshuffle the context."""
         from .regions import content_hash
 
         cursor_row, total_rows = rows.cursor_row, text.count("\n") + 1
         def_start, def_end = _near_window(language, text, tree, rows.cursor, cursor_row)
         previous = self._windows.get(uri)
-        if previous is not None and _error_near(tree, text, rows.cursor):
+        # No function found where there was one a keystroke ago is usually a transient parse too:
+        # an opened docstring or string swallows the rest of the file until it is closed.
+        if previous is not None and (def_start is None or _error_near(tree, text, rows.cursor)):
             start, rows_below, above_hash, below_hash = previous
             end = total_rows - rows_below
             if start <= cursor_row <= end and above_hash == content_hash(text[:rows.offset(start)]) \

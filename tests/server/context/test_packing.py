@@ -132,6 +132,21 @@ def test_typing_a_function_keeps_the_suffix_identical(budget):
     assert len(set(suffixes)) == 1 and "def resolve_default" in suffixes[0]
 
 
+def test_an_unclosed_docstring_does_not_reshuffle_the_prompt_head():
+    # An opened docstring swallows the rest of the file until it is closed; the function around the
+    # cursor is briefly gone from the parse tree, which must not move the near window.
+    doc = Document("file:///m.py", python_module() + "\n\ndef use(items):\n    \n\n\ndef after():\n    return 1\n",
+                   "python")
+    compressor = ContextCompressor()
+    row = doc.text[:doc.text.index("    \n\n\ndef after")].count("\n")
+    before = compressor.build(doc, doc.offset_at(Position(row, 4)), 300, 0.25, PIECES)
+    typed = '"""Sum the helpers'
+    for i, ch in enumerate(typed):
+        doc.apply_change(ch, Position(row, 4 + i), Position(row, 4 + i))
+        packed = compressor.build(doc, doc.offset_at(Position(row, 5 + i)), 300, 0.25, PIECES)
+        assert packed.prefix.startswith(before.prefix) and packed.suffix == before.suffix, typed[:i + 1]
+
+
 def test_moving_to_another_function_changes_the_far_context():
     doc = Document("file:///m.py", python_module(), "python")
     compressor = ContextCompressor()
