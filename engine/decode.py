@@ -194,7 +194,7 @@ class DraftController:
     """Adapts the tree size to recent acceptance and backs off to plain decoding when drafts keep
     failing, since a verification pass that accepts nothing costs more than a plain step."""
 
-    def __init__(self, max_nodes: int = 24, min_nodes: int = 4, patience: int = 4, backoff: int = 8,
+    def __init__(self, max_nodes: int = 16, min_nodes: int = 4, patience: int = 4, backoff: int = 8,
                  min_source_rate: float = 0.05, source_backoff: int = 32, min_asks: int = 8):
         self.max_nodes, self.min_nodes = max_nodes, min_nodes
         self.nodes = max_nodes
