@@ -213,6 +213,8 @@ class DraftController:
         self.ask_seconds: dict[str, float] = {}
         self.ask_gain: dict[str, float] = {}  # tokens accepted per ask
         self.asks: dict[str, int] = {}
+        self.time_pause: dict[str, int] = {}  # doubles while a source keeps losing time, up to max_time_pause
+        self.max_time_pause = 1024
         self.seconds_per_token = 0.0
 
     def allows(self, source: str) -> bool:
@@ -246,9 +248,15 @@ class DraftController:
         # nodes cost verification time too, hence the margin. A cheap source (an n-gram lookup) is
         # never paused for this: asking it in vain loses next to nothing.
         loss = 1.5 * self.ask_seconds[source] - self.ask_gain[source] * self.seconds_per_token
-        if n >= self.min_asks and loss > 0.1 * self.seconds_per_token:
-            self.source_pause[source] = self.source_backoff
+        if n < self.min_asks:
+            return
+        if loss > 0.1 * self.seconds_per_token:
+            pause = self.time_pause.get(source, self.source_backoff)
+            self.source_pause[source] = pause
+            self.time_pause[source] = min(2 * pause, self.max_time_pause)  # each failed retry waits longer
             self.asks[source] = 0  # a fresh measurement after the pause
+        else:
+            self.time_pause[source] = self.source_backoff
 
     def use_drafts(self) -> bool:
         if self.plain_left > 0:

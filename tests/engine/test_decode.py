@@ -148,3 +148,17 @@ def test_a_cheap_source_is_not_paused_for_asks_that_found_nothing():
     for _ in range(20):
         controller.update_ask("lookup", seconds=0.00005, accepted=0)
     assert controller.allows("lookup")
+
+
+def test_a_source_that_keeps_losing_time_waits_longer_each_time():
+    from memosight.engine.decode import DraftController
+
+    controller = DraftController(min_asks=2, source_backoff=4)
+    controller.record_step(0.010, 2)
+    pauses = []
+    for _ in range(3):
+        for _ in range(2):
+            controller.update_ask("dear", seconds=0.004, accepted=0)
+        pauses.append(controller.source_pause["dear"])
+        controller.source_pause["dear"] = 0  # the pause is over
+    assert pauses == [4, 8, 16]
