@@ -14,5 +14,15 @@ def test_bench_context_runs_without_a_model(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["positions"] == 20 and out["needle_found"] == out["needle_cases"] > 0
     assert 0 <= out["recall_compressed"] <= 1 and out["typing_keystrokes"] > 0
+    assert out["origin_identifiers"] > 0 and 0 <= out["origin_recall_compressed"] <= 1
     assert out["build_ms_p50"] <= out["build_ms_p95"]
     assert main(["bench", "context", "--corpus", str(tmp_path / "missing"), "--no-model"]) == 2
+
+
+def test_origin_lines_are_the_first_far_lines_of_each_name():
+    from memosight.server.context.bench import _origin_lines
+
+    lines = ["import os", "LIMIT = 3", ""] + ["x = 1"] * 40 + ["total = LIMIT + os.getpid()"]
+    row = len(lines) - 1
+    assert _origin_lines(lines, row, {"LIMIT", "os", "total"}) == {"LIMIT": "LIMIT = 3", "os": "import os"}
+    assert _origin_lines(lines, 31, {"LIMIT"}) == {}  # row 1 is only 30 lines up: not far
