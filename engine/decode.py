@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -107,12 +108,16 @@ class StreamState:
     stop_reason: str = "max_tokens"
 
 
+def complete_lines(text: str) -> str:
+    """`text` up to its last newline (the newline excluded): the lines already finished."""
+    return text[:text.rfind("\n")] if "\n" in text else ""
+
+
 def over_budget(text: str, stop: StopRule, started: float) -> bool:
     """A multi-line completion past its time budget, with at least one complete line to show."""
     if stop.single_line or stop.time_budget_ms <= 0 or not started:
         return False
-    complete = text[:text.rfind("\n")] if "\n" in text else ""
-    return bool(complete.strip()) and (time.perf_counter() - started) * 1000 >= stop.time_budget_ms
+    return bool(complete_lines(text).strip()) and (time.perf_counter() - started) * 1000 >= stop.time_budget_ms
 
 
 def stream_text(tokens: Iterable[int], decode, stop: StopRule, end_ids: set[int],
@@ -137,7 +142,7 @@ def stream_text(tokens: Iterable[int], decode, stop: StopRule, end_ids: set[int]
             state.stop_reason = cut.reason
             break
         if over_budget(cut.text, stop, state.started):
-            state.text = cut.text[:cut.text.rfind("\n")]  # the complete lines
+            state.text = complete_lines(cut.text)
             state.stop_reason = "time_budget"
             break
         safe = len(cut.text) - held_back(cut.text, stop)
@@ -244,12 +249,12 @@ class DraftController:
         self.asks[source] = n
         self.ask_seconds[source] = seconds if n == 1 else 0.9 * self.ask_seconds[source] + 0.1 * seconds
         self.ask_gain[source] = accepted if n == 1 else 0.9 * self.ask_gain[source] + 0.1 * accepted
+        if n < self.min_asks:
+            return
         # The saving of an accepted token is roughly a decoding step's share per token; the drafted
         # nodes cost verification time too, hence the margin. A cheap source (an n-gram lookup) is
         # never paused for this: asking it in vain loses next to nothing.
         loss = 1.5 * self.ask_seconds[source] - self.ask_gain[source] * self.seconds_per_token
-        if n < self.min_asks:
-            return
         if loss > 0.1 * self.seconds_per_token:
             pause = self.time_pause.get(source, self.source_backoff)
             self.source_pause[source] = pause
@@ -340,18 +345,14 @@ def speculative_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids
         accepted = [tree.tokens[i] for i in path]
         stats.steps += 1
         stats.plain_steps += int(len(tree) == 1)
-        step_drafted: dict[str, int] = {}
-        step_accepted: dict[str, int] = {}
-        for i in range(1, len(tree)):
-            step_drafted[tree.sources[i]] = step_drafted.get(tree.sources[i], 0) + 1
-        for i in path[1:]:
-            step_accepted[tree.sources[i]] = step_accepted.get(tree.sources[i], 0) + 1
+        step_drafted = Counter(tree.sources[1:])
+        step_accepted = Counter(tree.sources[i] for i in path[1:])
         for source, drafted in step_drafted.items():
-            stats.drafts.add(source, drafted=drafted, accepted=step_accepted.get(source, 0))
-            controller.update_source(source, drafted, step_accepted.get(source, 0))
+            stats.drafts.add(source, drafted=drafted, accepted=step_accepted[source])
+            controller.update_source(source, drafted, step_accepted[source])
         controller.record_step(time.perf_counter() - step_start, len(accepted))
         for source, seconds in asked.items():
-            controller.update_ask(source, seconds, step_accepted.get(source, 0))
+            controller.update_ask(source, seconds, step_accepted[source])
         if heads_drafter is not None and heads_drafter.name in asked and len(tree) > 1:
             stats.record_heads(heads_drafter.last_top1, accepted[1:] + [greedy_next[path[-1]]])
             if lookahead is not None and heads_drafter.last_confident:

@@ -52,10 +52,18 @@ def render_ids(template: FimTemplate, encode, vocab: dict[str, int], prefix: str
         return ([bos_id] if bos_id is not None else []) + encode(prefix)
     pre, suf, mid = (vocab[t] for t in (template.prefix_token, template.suffix_token, template.middle_token))
     lead = [bos_id] if bos_id is not None else []
-    if order == "spm":  # StarCoder's SPM: <PRE><SUF>{suffix}<MID>{prefix}
-        return lead + [pre, suf] + encode(suffix) + [mid] + encode(prefix)
-    prefix_text = (" " + prefix) if template.space_after_prefix_token else prefix
-    return lead + [pre] + encode(prefix_text) + [suf] + encode(suffix) + [mid]
+    if template.space_after_prefix_token and order != "spm":
+        prefix = " " + prefix
+    return lead + arrange(pre, suf, mid, encode(prefix), encode(suffix), order)
+
+
+def arrange(pre: int, suf: int, mid: int, prefix_ids: list[int], suffix_ids: list[int],
+            order: str = "psm") -> list[int]:
+    """The FIM prompt from encoded parts: PSM `<PRE>{prefix}<SUF>{suffix}<MID>`, or StarCoder's SPM
+    `<PRE><SUF>{suffix}<MID>{prefix}`, where the middle continues the prefix directly."""
+    if order == "spm":
+        return [pre, suf, *suffix_ids, mid, *prefix_ids]
+    return [pre, *prefix_ids, suf, *suffix_ids, mid]
 
 
 def read_model_options(folder) -> dict:

@@ -40,6 +40,6 @@ class Completion:
     prompt_tokens: int
     latency_ms: float  # request start to last token
     first_token_ms: float
-    stop_reason: str  # see below
+    # "eos" | "max_tokens" | "newline" | "suffix" | "stop_string" | "block_end" | "cancelled" | "time_budget"
+    stop_reason: str
     reused_tokens: int = 0  # prompt tokens served from the KV cache instead of prefilled
-    # stop_reason: "eos" | "max_tokens" | "newline" | "suffix" | "stop_string" | "cancelled" | "time_budget"

@@ -333,10 +333,10 @@ class Suggester:
                 loop.call_soon_threadsafe(on_partial, text)
         completion = result["completion"]
         latency = (time.perf_counter() - start) * 1000
-        log.debug("completion %s:%d %.1f ms (context %.1f ms, first piece %.1f ms) prompt %d tokens (%d cached), %d new, "
-                  "%s, stop %s", doc.uri.rsplit("/", 1)[-1], cursor, latency, context_ms, completion.first_token_ms,
-                  completion.prompt_tokens, completion.reused_tokens, completion.tokens, "multi-line" if multiline else "single line",
-                  completion.stop_reason)
+        log.debug("completion %s:%d %.1f ms (context %.1f ms, first piece %.1f ms) prompt %d tokens (%d cached), "
+                  "%d new, %s, stop %s", doc.uri.rsplit("/", 1)[-1], cursor, latency, context_ms,
+                  completion.first_token_ms, completion.prompt_tokens, completion.reused_tokens, completion.tokens,
+                  "multi-line" if multiline else "single line", completion.stop_reason)
         return Suggestion(post_process(completion.text, multiline), cursor, latency,
                           completion.prompt_tokens, completion.stop_reason)
 

@@ -20,6 +20,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..fim import arrange
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, metavar="DIR", help="folder of source files to evaluate on")
@@ -102,11 +104,7 @@ class LineCompleter:
             return prefix_ids
         if None in self.fim_ids:
             raise ValueError("this tokenizer has no <fim_prefix>/<fim_suffix>/<fim_middle> tokens")
-        suffix_ids = encode(suffix)[: self.suffix_tokens]
-        fim_prefix, fim_suffix, fim_middle = self.fim_ids
-        if self.fim_order == "spm":  # the middle continues the prefix directly
-            return [fim_prefix, fim_suffix, *suffix_ids, fim_middle, *prefix_ids]
-        return [fim_prefix, *prefix_ids, fim_suffix, *suffix_ids, fim_middle]
+        return arrange(*self.fim_ids, prefix_ids, encode(suffix)[: self.suffix_tokens], self.fim_order)
 
     def complete(self, prefix: str, suffix: str | None = None) -> str:
         """The rest of the line: greedy tokens until a newline, EOS or the limit."""

@@ -110,6 +110,10 @@ class FarPart:
     known: frozenset[str] = frozenset()  # names with a definition outside the near window, when chosen
     considered: frozenset[str] = frozenset()  # those of them then used near the cursor, or shown in it
 
+    def misses(self, used: set[str]) -> bool:
+        """Whether a name now used near the cursor has a definition this part did not consider."""
+        return bool((used & self.known) - self.considered)
+
 
 @dataclass
 class _Source:
@@ -224,7 +228,7 @@ class ContextCompressor:
             return [*other_sources, _Source(doc.path, analysis, scores, (0, near_start), comment)]
 
         # Below the near window, in the suffix (budget: what the near suffix left of the suffix share).
-        if kept_below is not None and not (used & kept_below.known) - kept_below.considered:
+        if kept_below is not None and not kept_below.misses(used):
             below = kept_below
         else:  # first time here, or a newly typed name has a definition below that was not considered
             below_key = ("below", doc.uri, content_hash(text[end_offset:]), near_end - def_start, budget)
@@ -355,7 +359,7 @@ class ContextCompressor:
         from .regions import identifiers
 
         cached = self._far_parts.get(key)
-        if cached is not None and cached.tokens <= budget and not (used & cached.known) - cached.considered:
+        if cached is not None and cached.tokens <= budget and not cached.misses(used):
             return cached
         if budget <= 0:
             return FarPart("", 0, [])
