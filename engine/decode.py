@@ -200,16 +200,20 @@ class DraftController:
     failing, since a verification pass that accepts nothing costs more than a plain step."""
 
     def __init__(self, max_nodes: int = 16, min_nodes: int = 4, patience: int = 4, backoff: int = 8,
-                 min_source_rate: float = 0.05, source_backoff: int = 32, min_asks: int = 8):
+                 min_source_rate: float = 0.05, source_backoff: int = 32, min_asks: int = 8,
+                 rate_memory: float = 0.9):
         self.max_nodes, self.min_nodes = max_nodes, min_nodes
         self.nodes = max_nodes
         self.patience, self.backoff = patience, backoff
-        self.misses = 0
+        self.misses = 0.0  # consecutive rejected steps, weighted by their tree size
         self.plain_left = 0
         # Per source: a running acceptance rate of its drafted nodes; a source below
         # min_source_rate only grows the tree, so it sits out source_backoff steps, then tries again.
         self.min_source_rate, self.source_backoff = min_source_rate, source_backoff
         self.source_rate: dict[str, float] = {}
+        # How much of the running rate each step keeps: at 0.9 a source right a third of the time
+        # needs ~19 misses in a row to look useless, not 7 (cheap guesses miss in runs, then hit).
+        self.rate_memory = rate_memory
         self.source_pause: dict[str, int] = {}
         # Per source, in time: what asking it costs (its propose call) against the decoding time its
         # accepted tokens save. A source whose guesses are right but dear to make (the heads run the
@@ -232,11 +236,12 @@ class DraftController:
     def update_source(self, source: str, drafted: int, accepted: int) -> None:
         if drafted == 0:
             return
-        rate = 0.8 * self.source_rate.get(source, 0.2) + 0.2 * (accepted / drafted)
+        keep = self.rate_memory
+        rate = keep * self.source_rate.get(source, 0.3) + (1 - keep) * (accepted / drafted)
         self.source_rate[source] = rate
         if rate < self.min_source_rate:
             self.source_pause[source] = self.source_backoff
-            self.source_rate[source] = 0.2  # a fresh chance after the pause
+            self.source_rate[source] = 0.3  # a fresh chance after the pause
 
     def record_step(self, seconds: float, tokens: int) -> None:
         per_token = seconds / max(1, tokens)
@@ -269,9 +274,12 @@ class DraftController:
             return False
         return True
 
-    def update(self, accepted_drafts: int) -> None:
+    def update(self, accepted_drafts: int, drafted_nodes: int | None = None) -> None:
         if accepted_drafts == 0:
-            self.misses += 1
+            # A miss weighs what its tree cost: a full tree counts 1, a two-node guess 1/8, so cheap
+            # guesses (the corpus table's) keep coming through a run of misses that big trees would not.
+            drafted = self.max_nodes if drafted_nodes is None else drafted_nodes
+            self.misses += min(1.0, drafted / self.max_nodes)
             self.nodes = max(self.min_nodes, self.nodes // 2)
             if self.misses >= self.patience:
                 self.plain_left, self.misses = self.backoff, 0
@@ -323,11 +331,12 @@ def speculative_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids
         step_start = time.perf_counter()
         candidates, asked = [], {}  # source -> seconds its propose call took
         if controller.use_drafts():
-            for drafter in sorted(drafters, key=lambda d: d.standby):
-                if (not drafter.standby or not candidates) and controller.allows(drafter.name):
-                    started = time.perf_counter()
-                    candidates.extend(drafter.propose(state))
-                    asked[drafter.name] = time.perf_counter() - started
+            for standby in (False, True):  # standby sources only when the others found nothing
+                for drafter in drafters:
+                    if drafter.standby == standby and not (standby and candidates) and controller.allows(drafter.name):
+                        started = time.perf_counter()
+                        candidates.extend(drafter.propose(state))
+                        asked[drafter.name] = time.perf_counter() - started
         tree = build_tree(root, candidates, max_nodes=controller.nodes + 1, max_depth=remaining - 1)
         past = kv.cached_length(prompt_cache.cache)
         ids = torch.tensor([tree.tokens], device=device)
@@ -358,7 +367,7 @@ def speculative_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids
             if lookahead is not None and heads_drafter.last_confident:
                 lookahead.remember_confident(context[-3:] + [root], heads_drafter.last_confident)
         if len(tree) > 1:
-            controller.update(len(path) - 1)
+            controller.update(len(path) - 1, len(tree) - 1)
         context.extend(accepted)
         prompt_cache.tokens = list(context)
         for token in accepted:

@@ -85,6 +85,15 @@ def new_cache(model) -> DynamicCache:
     return cache
 
 
+def transformers_prefill(model, input_ids: list[int]) -> dict:
+    """A stock transformers cache holding `input_ids`, prefilled by the model's own forward, as the
+    keyword arguments that hand it to `model.generate` (for benchmarks against transformers)."""
+    cache = DynamicCache(config=model.config)
+    if input_ids:
+        model(torch.tensor([input_ids], device=next(model.parameters()).device), **{cache_argument_name(model): cache})
+    return {cache_argument_name(model): cache}
+
+
 def supports_reuse(model) -> bool:
     """Whether the cache can be cropped and compacted: only full-attention layers keep every
     position (sliding-window layers drop old ones, so prefix reuse and tree verification are off)."""

@@ -17,7 +17,7 @@ import torch
 from . import decode, kv
 from .drafts.heads import DraftHeads, HeadDrafter
 from .drafts.lookahead import LookaheadCache
-from .drafts.ngram import NgramDrafter
+from .drafts.ngram import NgramDrafter, NgramTable, TableDrafter
 from .fim import FimTemplate, detect_template, end_token_ids, read_model_options, render_ids
 from .request import Completion, CompletionRequest, StopRule
 from .threads import PrefillThreads
@@ -90,6 +90,19 @@ def _resolve(model: str | None) -> tuple[str, bool]:
     return model, False
 
 
+def load_tokenizer(model: str | None = None):
+    """Only the tokenizer of a model (the embedded one by default): for tools that count or
+    tabulate tokens and need no weights."""
+    from transformers import AutoTokenizer
+
+    source, local = _resolve(model)
+    try:
+        return AutoTokenizer.from_pretrained(source, local_files_only=local or os.environ.get("HF_HUB_OFFLINE") == "1")
+    except (OSError, ValueError, json.JSONDecodeError, KeyError) as exc:
+        raise ModelLoadError(f"the tokenizer of {source!r} could not be loaded ({exc}); point --model at a "
+                             "folder written by save_pretrained, or a model in the Hugging Face cache") from exc
+
+
 def _load_pretrained(source: str, local: bool, dtype: torch.dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -137,7 +150,10 @@ class Engine:
         self.heads_drafter = (HeadDrafter(self.heads, model.get_output_embeddings())
                               if self.heads is not None else None)
         self.lookahead = LookaheadCache()
-        self.drafters = [d for d in (self.heads_drafter, NgramDrafter(), self.lookahead) if d is not None]
+        self.table = NgramTable.load(Path(model_dir)) if model_dir else None
+        self.table_drafter = TableDrafter(self.table) if self.table is not None else None
+        self.drafters = [d for d in (NgramDrafter(), self.lookahead, self.table_drafter, self.heads_drafter)
+                         if d is not None]
         self.controller = decode.DraftController()
         self.spec_stats = decode.SpecStats()
         self._lock = threading.Lock()  # one model, one decoding loop at a time

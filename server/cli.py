@@ -21,6 +21,8 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("bench", "replay"): ("memosight.server.commands.bench_replay", "type real files back through memosight-lsp"),
     ("train", "model"): ("memosight.engine.train.run_model", "train the base code model (FIM objective)"),
     ("train", "heads"): ("memosight.engine.train.run_heads", "train the draft heads of a model (base frozen)"),
+    ("train", "ngrams"): ("memosight.engine.train.run_ngrams", "count the corpus n-gram table that drafts "
+                                                               "where the prompt has no match"),
 }
 
 

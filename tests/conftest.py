@@ -97,3 +97,21 @@ def build_repeater_model(folder: Path, token_text: str = "x") -> Path:
 @pytest.fixture(scope="session")
 def repeater_model_dir(tmp_path_factory) -> Path:
     return build_repeater_model(tmp_path_factory.mktemp("repeater"))
+
+
+@pytest.fixture
+def own_model_dir(tmp_path, tiny_model_dir) -> Path:
+    """A private copy of the tiny model, for tests that write beside it (heads, n-gram tables)."""
+    import shutil
+
+    return Path(shutil.copytree(tiny_model_dir, tmp_path / "model"))
+
+
+@pytest.fixture
+def code_corpus(tmp_path) -> Path:
+    """A folder of a few distinct Python files (the sample with renamed classes)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(4):
+        (corpus / f"m{i}.py").write_text(SAMPLE_CODE.replace("Item", f"Item{i}"))
+    return corpus

@@ -162,3 +162,22 @@ def test_a_source_that_keeps_losing_time_waits_longer_each_time():
         pauses.append(controller.source_pause["dear"])
         controller.source_pause["dear"] = 0  # the pause is over
     assert pauses == [4, 8, 16]
+
+
+def test_plain_fallback_comes_after_a_few_full_trees_miss_but_not_after_as_many_cheap_guesses():
+    from memosight.engine.decode import DraftController
+
+    full = DraftController(max_nodes=16, patience=4, backoff=8)
+    for _ in range(4):
+        assert full.use_drafts()
+        full.update(0, drafted_nodes=16)
+    assert not full.use_drafts()  # backed off to plain decoding
+
+    cheap = DraftController(max_nodes=16, patience=4, backoff=8)
+    for _ in range(4):
+        assert cheap.use_drafts()
+        cheap.update(0, drafted_nodes=2)  # a two-token guess that missed costs an eighth of a full tree
+    assert cheap.use_drafts()
+    for _ in range(28):
+        cheap.update(0, drafted_nodes=2)
+    assert not cheap.use_drafts()

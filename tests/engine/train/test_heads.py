@@ -1,5 +1,4 @@
 import json
-import shutil
 
 import torch
 
@@ -7,9 +6,7 @@ from memosight.engine import load_engine
 from memosight.engine.drafts.heads import DraftHeads, HeadsConfig
 from memosight.server.cli import main
 
-from pathlib import Path
 
-SAMPLE_CODE = (Path(__file__).parents[2] / "data" / "sample.py").read_text()
 
 
 def test_blocks_are_separate_modules_and_start_as_identity():
@@ -20,13 +17,8 @@ def test_blocks_are_separate_modules_and_start_as_identity():
     assert torch.equal(heads(x), torch.stack([x, x, x]))
 
 
-def test_train_heads_runs_resumes_and_ships_beside_the_model(tmp_path, tiny_model_dir):
-    model_dir = tmp_path / "model"
-    shutil.copytree(tiny_model_dir, model_dir)
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for i in range(4):
-        (corpus / f"m{i}.py").write_text(SAMPLE_CODE.replace("Item", f"Item{i}"))
+def test_train_heads_runs_resumes_and_ships_beside_the_model(tmp_path, own_model_dir, code_corpus):
+    model_dir, corpus = own_model_dir, code_corpus
     common = ["train", "heads", "--model", str(model_dir), "--corpus", str(corpus), "--out", str(tmp_path / "run"),
               "--seq-len", "64", "--batch", "2", "--heads", "3", "--checkpoint-every", "2"]
     assert main(common + ["--steps", "2"]) == 0
