@@ -7,8 +7,6 @@ from memosight.engine.drafts.heads import DraftHeads, HeadsConfig
 from memosight.server.cli import main
 
 
-
-
 def test_blocks_are_separate_modules_and_start_as_identity():
     heads = DraftHeads(HeadsConfig(hidden_size=8, num_heads=3, num_layers=2))
     blocks = [b for head in heads.heads for b in head]
