@@ -279,6 +279,20 @@ class Engine:
             pass
         return result["completion"]
 
+    @torch.inference_mode()
+    def continuation_loss(self, prefix: str, suffix: str, continuation: str) -> tuple[float, int]:
+        """Negative log-likelihood (summed, nats) and token count of `continuation` written at the
+        cursor between `prefix` and `suffix`: how well a context predicts the true text, a finer
+        measure than exact match when a small model rarely gets a whole line right."""
+        prompt, target = self.prompt_ids(prefix, suffix), self.encode(continuation)
+        if not target:
+            return 0.0, 0
+        ids = torch.tensor([prompt + target], device=self.device)
+        with self._lock:
+            logits = self.model(ids).logits[0, len(prompt) - 1:-1].float()
+        loss = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):], reduction="sum")
+        return float(loss), len(target)
+
     def status(self) -> dict:
         lat = sorted(self.latencies_ms)
         pc = self.prompt_cache

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 FAR_LINES = 30  # an identifier is "far" when it first appears more than this many lines above the cursor
+LONG_FILE_LINES = 600  # "where the file is long": truncation at 512 tokens shows a few percent of it
 PROXY_TOKEN = re.compile(r"\w+|[^\w\s]+|\s+")
 PYTHON_KEYWORDS = frozenset(
     "False None True and as assert async await break class continue def del elif else except finally for "
@@ -171,8 +172,14 @@ def _recall_and_match(files, args, count_tokens, engine, rng) -> dict:
     # that line itself in the context? Seeing the name again near the cursor says nothing of what it is.
     found_origin = {"compressed": 0, "truncated": 0}
     total = total_far = total_origin = 0
+    # Next-line exact match, and the true line's loss (nats per token) under each context: a small
+    # model rarely writes a whole line right, the loss shows a context helping before it does. Both
+    # also for files of LONG_FILE_LINES or more, where truncation drops most of the file.
     matches = {"compressed": 0, "truncated": 0}
-    em_done = 0
+    matches_long = {"compressed": 0, "truncated": 0}
+    loss = {"compressed": [0.0, 0], "truncated": [0.0, 0]}
+    loss_long = {"compressed": [0.0, 0], "truncated": [0.0, 0]}
+    em_done = em_long = 0
     for doc, row in positions:
         lines = doc.text.split("\n")
         true_line = lines[row]
@@ -202,9 +209,17 @@ def _recall_and_match(files, args, count_tokens, engine, rng) -> dict:
             assert context.prompt_tokens <= args.budget, (name, context.prompt_tokens)
         if engine is not None and em_done < args.em_positions:
             em_done += 1
+            long_file = len(lines) >= LONG_FILE_LINES
+            em_long += long_file
             for name, context in packed.items():
                 completion = engine.complete(context.prefix, context.suffix, single_line=True, max_new_tokens=48)
-                matches[name] += completion.text.strip() == true_line.strip()
+                hit = completion.text.strip() == true_line.strip()
+                nats, tokens = engine.continuation_loss(context.prefix, context.suffix, true_line)
+                for sums in (loss[name], loss_long[name]) if long_file else (loss[name],):
+                    sums[0] += nats
+                    sums[1] += tokens
+                matches[name] += hit
+                matches_long[name] += hit and long_file
     out = {"positions": len(positions), "far_identifiers": total,
            "recall_compressed": round(found["compressed"] / total, 4) if total else None,
            "recall_truncated": round(found["truncated"] / total, 4) if total else None}
@@ -222,6 +237,15 @@ def _recall_and_match(files, args, count_tokens, engine, rng) -> dict:
     if em_done:
         out.update({"em_positions": em_done, "exact_match_compressed": round(matches["compressed"] / em_done, 4),
                     "exact_match_truncated": round(matches["truncated"] / em_done, 4)})
+        for name in ("compressed", "truncated"):
+            out[f"line_loss_{name}"] = round(loss[name][0] / loss[name][1], 4) if loss[name][1] else None
+    if em_long:
+        out.update({"em_positions_long_files": em_long,
+                    "exact_match_long_compressed": round(matches_long["compressed"] / em_long, 4),
+                    "exact_match_long_truncated": round(matches_long["truncated"] / em_long, 4)})
+        for name in ("compressed", "truncated"):
+            sums = loss_long[name]
+            out[f"line_loss_long_{name}"] = round(sums[0] / sums[1], 4) if sums[1] else None
     return out
 
 
@@ -335,6 +359,12 @@ def _print_table(out: dict) -> None:
              f"x{out['origin_recall_ratio']}" if out.get("origin_recall_ratio") else "-"),
             ("next-line exact match", fmt(out.get("exact_match_compressed"), True),
              fmt(out.get("exact_match_truncated"), True), f"{out.get('em_positions', 0)} positions"),
+            (f"  ... in files of {LONG_FILE_LINES}+ lines", fmt(out.get("exact_match_long_compressed"), True),
+             fmt(out.get("exact_match_long_truncated"), True), f"{out.get('em_positions_long_files', 0)} positions"),
+            ("true next line: loss (nats/token)", fmt(out.get("line_loss_compressed")),
+             fmt(out.get("line_loss_truncated")), "lower is better"),
+            (f"  ... in files of {LONG_FILE_LINES}+ lines", fmt(out.get("line_loss_long_compressed")),
+             fmt(out.get("line_loss_long_truncated")), ""),
             ("needle in context", f"{out['needle_found']}/{out['needle_cases']}", "-", ""),
             ("prefix stability while typing", fmt(out.get("stability_compressed"), True),
              fmt(out.get("stability_truncated"), True), f"{out.get('typing_keystrokes', 0)} keystrokes"),

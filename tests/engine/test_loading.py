@@ -104,3 +104,12 @@ def test_spm_order_from_the_model_folder_puts_the_prefix_last(tiny_model_dir, tm
     # typing extends the prompt at its end only
     longer = engine.prompt_ids("a = 1\nc", "\nb = 2")
     assert longer[: len(ids) - 1] == ids[:-1]
+
+
+def test_continuation_loss_is_low_for_what_the_model_would_write(repeater_model_dir):
+    engine = load_engine(str(repeater_model_dir), device="cpu")
+    likely, n_likely = engine.continuation_loss("a = 1\n", "", "xxxx")
+    unlikely, n_unlikely = engine.continuation_loss("a = 1\n", "", "b = 2")
+    assert n_likely == len(engine.encode("xxxx")) and n_unlikely == len(engine.encode("b = 2"))
+    assert 0.0 <= likely / n_likely < unlikely / n_unlikely
+    assert engine.continuation_loss("a = 1\n", "", "") == (0.0, 0)

@@ -19,6 +19,19 @@ def test_bench_context_runs_without_a_model(tmp_path, capsys):
     assert main(["bench", "context", "--corpus", str(tmp_path / "missing"), "--no-model"]) == 2
 
 
+def test_bench_context_with_a_model_reports_exact_match_and_line_loss_for_long_files(tmp_path, tiny_model_dir, capsys):
+    body = "".join(f"def step_{i}(items):\n    total = 0\n    for item in items:\n        total += item * {i}\n"
+                   f"    return total\n\n\n" for i in range(100))  # 700 lines: a long file
+    (tmp_path / "long.py").write_text("import math\n\n\n" + body)
+    assert main(["bench", "context", "--corpus", str(tmp_path), "--budget", "256", "--model", str(tiny_model_dir),
+                 "--device", "cpu", "--max-positions", "6", "--em-positions", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["em_positions"] == out["em_positions_long_files"] == 3
+    for name in ("compressed", "truncated"):
+        assert 0 <= out[f"exact_match_{name}"] <= 1
+        assert out[f"line_loss_{name}"] > 0 and out[f"line_loss_long_{name}"] == out[f"line_loss_{name}"]
+
+
 def test_origin_lines_are_the_first_far_lines_of_each_name():
     from memosight.server.context.bench import _origin_lines
 
