@@ -1,10 +1,12 @@
 """The speculative loop returns exactly the plain greedy tokens, in float32, on many prompts."""
 
+import numpy as np
 import pytest
 import torch
 
 from memosight.engine import load_engine
 from memosight.engine.drafts.heads import DraftHeads, HeadDrafter, HeadsConfig
+from memosight.engine.drafts.ngram import NgramTable, TableDrafter
 
 PROMPTS = [
     "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return",
@@ -29,9 +31,17 @@ def with_random_heads(engine, seed: int = 0):
     return engine
 
 
+def with_corpus_table(engine):
+    """A corpus table counted on the test prompts themselves, drafting whenever the prompt has no match."""
+    tokens = np.array([t for prompt in PROMPTS for t in engine.encode(prompt) + [0]])
+    engine.table_drafter = TableDrafter(NgramTable.build(tokens, max_order=3, min_count=1), min_joint=0.0)
+    engine.drafters = [*engine.drafters, engine.table_drafter]
+    return engine
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
 def test_speculative_equals_plain_greedy(tiny_models, arch):
-    engine = with_random_heads(load_engine(str(tiny_models[arch]), device="cpu"))
+    engine = with_corpus_table(with_random_heads(load_engine(str(tiny_models[arch]), device="cpu")))
     for prompt in PROMPTS:
         ids = engine.prompt_ids(prompt, "\n    return total\n")
         for limit in (1, 2, 5, 40):
@@ -39,6 +49,7 @@ def test_speculative_equals_plain_greedy(tiny_models, arch):
             assert engine.generate(ids, limit, speculative=True) == plain, (prompt, limit)
     stats = engine.spec_stats.to_json()
     assert stats["steps"] > 0 and stats["sources"]["heads"]["drafted"] > 0
+    assert stats["sources"]["table"]["drafted"] > 0
 
 
 def test_eos_inside_an_accepted_draft_ends_generation(repeater_model_dir):
