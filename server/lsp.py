@@ -14,6 +14,7 @@ from pygls.lsp.server import LanguageServer
 
 from . import __version__
 from .config import ConfigError, ConfigSources, Settings, validate
+from .context.workspace import WorkspaceIndex
 from .documents import Document, DocumentStore, Position
 from .suggest import Suggester, Suggestion
 
@@ -60,6 +61,15 @@ class MemoSightServer(LanguageServer):
             logging.getLogger("memosight").setLevel(settings.log_level.upper())
         self.suggester.ensure_engine(settings)
 
+    def reindex(self, uri: str) -> None:
+        """A workspace file changed on disk (saved, closed, or seen by the client's watcher)."""
+        index = self.suggester.workspace
+        parsed = urlparse(uri)
+        if index is not None and parsed.scheme == "file":
+            path = Path(unquote(parsed.path))
+            if path.suffix in index.language_of:
+                index.update(path)  # removes it from the index when it is gone
+
     def document(self, uri: str) -> Document:
         doc = self.documents.get(uri)
         if doc is None:
@@ -92,6 +102,9 @@ def create_server(suggester: Suggester | None = None) -> MemoSightServer:
     @ls.feature(types.INITIALIZE)
     def initialize(ls: MemoSightServer, params: types.InitializeParams) -> None:
         ls.config.root = _root_path(params)
+        if ls.config.root is not None and ls.config.root.is_dir():
+            ls.suggester.workspace = WorkspaceIndex(ls.config.root)
+            ls.suggester.workspace.start()  # in the background: completions do not wait for it
         ls.report_config_errors(ls.config.reload_file())
         options = params.initialization_options
         if options is not None:
@@ -115,6 +128,8 @@ def create_server(suggester: Suggester | None = None) -> MemoSightServer:
     @ls.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
     def did_change_watched_files(ls: MemoSightServer, params: types.DidChangeWatchedFilesParams) -> None:
         ls.reload_config_file_if_changed()
+        for change in params.changes:
+            ls.reindex(change.uri)
 
     @ls.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: MemoSightServer, params: types.DidOpenTextDocumentParams) -> None:
@@ -137,6 +152,11 @@ def create_server(suggester: Suggester | None = None) -> MemoSightServer:
     @ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: MemoSightServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.documents.close(params.text_document.uri)
+        ls.reindex(params.text_document.uri)  # it may have been saved with new definitions
+
+    @ls.feature(types.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(ls: MemoSightServer, params: types.DidSaveTextDocumentParams) -> None:
+        ls.reindex(params.text_document.uri)
 
     @ls.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(ls: MemoSightServer, params: types.InlineCompletionParams):

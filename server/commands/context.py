@@ -16,6 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=int, default=None, help="prompt token budget (default: config, 1024)")
     parser.add_argument("--open", nargs="+", default=[], metavar="FILE",
                         help="other files open in the editor: definitions used at the cursor may come from them")
+    parser.add_argument("--workspace", metavar="DIR",
+                        help="index this folder as the editor's workspace, as the server does: its unopened files "
+                             "may give definitions too")
     add_model_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -33,6 +36,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"memosight: {exc}", file=sys.stderr)
         return 2
     others = [load_document(Cursor(Path(path), 1, 1))[0] for path in args.open]
+    if args.workspace:
+        from ..context.workspace import WorkspaceIndex
+
+        if not Path(args.workspace).is_dir():
+            print(f"memosight: --workspace {args.workspace} is not a folder", file=sys.stderr)
+            return 2
+        suggester.workspace = WorkspaceIndex(Path(args.workspace))
+        suggester.workspace.scan()
+        others += suggester.workspace_documents(doc, cursor, others)
     packed = suggester.build_context(engine, doc, cursor, settings, others=others)
     if args.json:
         print(json.dumps(packed.to_json()))

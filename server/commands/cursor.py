@@ -7,14 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ConfigSources, Settings, read_config_file
+from ..context.languages import LANGUAGES_BY_SUFFIX
 from ..documents import Document
-
-LANGUAGES_BY_SUFFIX = {
-    ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript",
-    ".jsx": "javascriptreact", ".ts": "typescript", ".tsx": "typescriptreact", ".go": "go", ".rs": "rust",
-    ".c": "c", ".h": "c", ".cpp": "cpp", ".cc": "cpp", ".hpp": "cpp", ".java": "java", ".lua": "lua",
-    ".sh": "shellscript", ".rb": "ruby",
-}
 
 
 @dataclass

@@ -56,7 +56,7 @@ def proxy_tokens(text: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..commands.cursor import LANGUAGES_BY_SUFFIX
+    from .languages import LANGUAGES_BY_SUFFIX
     from ..documents import Document
 
     corpus = Path(args.corpus)

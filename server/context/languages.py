@@ -126,6 +126,14 @@ GRAMMAR_FOR_LANGUAGE_ID = {
     "typescript": "typescript", "typescriptreact": "tsx", "go": "go", "rust": "rust",
 }
 
+# File suffix -> LSP language id, for files read from disk (the editor names the language of open ones).
+LANGUAGES_BY_SUFFIX = {
+    ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript",
+    ".jsx": "javascriptreact", ".ts": "typescript", ".tsx": "typescriptreact", ".go": "go", ".rs": "rust",
+    ".c": "c", ".h": "c", ".cpp": "cpp", ".cc": "cpp", ".hpp": "cpp", ".java": "java", ".lua": "lua",
+    ".sh": "shellscript", ".rb": "ruby",
+}
+
 # Open documents of one family may define the symbols used in another (a .ts file importing a .js one).
 FAMILY = {"python": "python", "javascript": "ecmascript", "javascriptreact": "ecmascript",
           "typescript": "ecmascript", "typescriptreact": "ecmascript", "go": "go", "rust": "rust"}

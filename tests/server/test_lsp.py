@@ -208,6 +208,27 @@ async def test_status_and_accepted_command(tmp_path, repeater_model_dir):
         assert "hit_rate" in info["cache"]
 
 
+async def test_the_workspace_is_indexed_and_saved_files_reindexed(tmp_path, repeater_model_dir):
+    (tmp_path / "util.py").write_text("def helper():\n    pass\n")
+    (tmp_path / "node_modules").mkdir()
+    (tmp_path / "node_modules" / "skip.py").write_text("def vendored():\n    pass\n")
+    async with lsp_session(tmp_path, {"model": str(repeater_model_dir)}) as client:
+        for _ in range(100):
+            info = await status(client)
+            if info["workspace"]["indexed"]:
+                break
+            await asyncio.sleep(0.05)
+        assert info["workspace"] == {"root": str(tmp_path), "files": 1, "indexed": True}
+        created = tmp_path / "new.py"
+        created.write_text("def made_later():\n    pass\n")
+        client.text_document_did_save(types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(created.as_uri())))
+        for _ in range(100):
+            if (await status(client))["workspace"]["files"] == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert (await status(client))["workspace"]["files"] == 2
+
+
 async def test_bad_requests_get_clear_answers_and_the_server_stays_up(tmp_path, repeater_model_dir):
     async with lsp_session(tmp_path, {"model": str(repeater_model_dir), "max_new_tokens": 3}) as client:
         with pytest.raises(Exception, match="not open"):

@@ -1,4 +1,5 @@
 import asyncio
+from pathlib import Path
 
 from memosight.server.config import Settings
 from memosight.server.documents import Document
@@ -167,6 +168,46 @@ def test_build_context_compresses_with_the_other_open_documents():
     assert "def far_helper(count, scale=3):" in packed.prefix and packed.prefix.endswith("far_helper(len(items))\n    ")
     alone = suggester.build_context(FakeEngine(""), doc, len(doc.text), Settings(context_budget=128), others=[])
     assert "def far_helper(count" not in alone.prefix
+    suggester.shutdown()
+
+
+def test_build_context_brings_definitions_from_unopened_workspace_files(tmp_path):
+    from memosight.server.context.workspace import WorkspaceIndex
+
+    (tmp_path / "util.py").write_text("def far_helper(count, scale=3):\n    return count * scale\n")
+    (tmp_path / "other.py").write_text("def unrelated():\n    pass\n")
+    filler = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(300))
+    doc = Document((tmp_path / "main.py").as_uri(), filler + "def use(items):\n    n = far_helper(len(items))\n    ",
+                   "python")
+    suggester = Suggester()
+    suggester.open_documents = lambda: [doc]
+    suggester.workspace = WorkspaceIndex(tmp_path)
+    suggester.workspace.scan()
+    packed = suggester.build_context(FakeEngine(""), doc, len(doc.text), Settings(context_budget=128))
+    assert packed.prompt_tokens <= 128
+    assert "def far_helper(count, scale=3):" in packed.prefix and "unrelated" not in packed.prefix
+    assert [Path(d.path).name for d in suggester.workspace_documents(doc, len(doc.text), [doc])] == ["util.py"]
+    suggester.shutdown()
+
+
+def test_workspace_files_are_chosen_for_names_not_defined_here_and_the_choice_sticks(tmp_path):
+    from memosight.server.context.workspace import WorkspaceIndex
+
+    (tmp_path / "a.py").write_text("def alpha():\n    pass\n\ndef local_name():\n    pass\n")
+    (tmp_path / "b.py").write_text("def beta():\n    pass\n")
+    suggester = Suggester()
+    suggester.workspace = WorkspaceIndex(tmp_path)
+    suggester.workspace.scan()
+
+    def picks(text: str) -> list[str]:
+        doc = Document((tmp_path / "main.py").as_uri(), text, "python")
+        return [Path(d.path).name for d in suggester.workspace_documents(doc, len(text), [])]
+
+    assert picks("def local_name():\n    pass\n\nlocal_name()\n") == []  # defined right here
+    assert picks("x = alpha()\n") == ["a.py"]
+    assert picks("x = alpha()\ny = 1\n") == ["a.py"]  # nothing new: the same files
+    assert picks("x = alpha()\ny = 1\nbet") == ["a.py"]  # a name still being typed does not count
+    assert sorted(picks("x = alpha()\ny = beta()\n")) == ["a.py", "b.py"]  # a new name moves it
     suggester.shutdown()
 
 

@@ -27,3 +27,16 @@ def test_other_open_files_feed_the_context(tmp_path, tiny_model_dir, capsys):
     out = json.loads(capsys.readouterr().out)
     assert "def far_helper(count, scale=3):" in out["prefix"]
     assert any(r["path"].endswith("util.py") for r in out["regions"])
+
+
+def test_workspace_files_feed_the_context_without_being_opened(tmp_path, tiny_model_dir, capsys):
+    (tmp_path / "util.py").write_text("def far_helper(count, scale=3):\n    return count * scale\n")
+    main_file = tmp_path / "main.py"
+    main_file.write_text("def use(items):\n    n = far_helper(len(items))\n    \n")
+    common = [f"{main_file}:3:5", "--budget", "128", "--model", str(tiny_model_dir), "--device", "cpu", "--json"]
+    assert main(["context", *common]) == 0
+    assert "def far_helper" not in json.loads(capsys.readouterr().out)["prefix"]
+    assert main(["context", *common, "--workspace", str(tmp_path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "def far_helper(count, scale=3):" in out["prefix"]
+    assert main(["context", *common, "--workspace", str(tmp_path / "nope")]) == 2

@@ -1,0 +1,159 @@
+"""Workspace files the editor has not opened: which of them define the names used near the cursor.
+
+A background scan lists the workspace's source files and the names each one defines, read with a
+per-language pattern over definition lines (cheap enough for thousands of files; tree-sitter parses
+only the few files a request picks). A request asks for the files that define the most of the
+names near the cursor, rarer names counting more; the compressor then treats them like other open
+documents: definitions of used names ranked, signatures first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from pathlib import Path
+
+from . import languages
+from .regions import LRU
+
+log = logging.getLogger(__name__)
+
+MAX_FILES = 5000  # a bigger workspace is indexed up to this many files (the first found, walking down)
+MAX_FILE_BYTES = 300_000  # generated tables and vendored bundles are skipped
+MAX_DEFINERS = 8  # a name defined in more files than this (run, __init__, new) says nothing about which
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", "env", ".env",
+                       "build", "dist", "target", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache",
+                       "site-packages", ".idea", ".vscode", "vendor", "third_party", ".next", "coverage"})
+
+# Per language family: lines that define a name (functions, classes, types, module-level constants).
+_NAME = r"([A-Za-z_][A-Za-z0-9_]*)"
+DEFINITION = {
+    "python": re.compile(rf"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+{_NAME}|^{_NAME}[ \t]*(?::[^=\n]*)?=[^=]", re.M),
+    "ecmascript": re.compile(rf"^[ \t]*(?:export[ \t]+)?(?:default[ \t]+)?(?:async[ \t]+)?"
+                             rf"(?:function\*?|class|const|let|var|interface|type|enum)[ \t]+{_NAME}", re.M),
+    "go": re.compile(rf"^(?:func[ \t]+(?:\([^)]*\)[ \t]*)?|type[ \t]+|const[ \t]+|var[ \t]+){_NAME}", re.M),
+    "rust": re.compile(rf"^[ \t]*(?:pub(?:\([^)]*\))?[ \t]+)?(?:async[ \t]+)?(?:unsafe[ \t]+)?"
+                       rf"(?:fn|struct|enum|trait|type|const|static|mod)[ \t]+{_NAME}", re.M),
+}
+
+
+def defined_names(text: str, family: str) -> frozenset[str]:
+    pattern = DEFINITION.get(family)
+    if pattern is None:
+        return frozenset()
+    return frozenset(name for match in pattern.finditer(text) for name in match.groups() if name)
+
+
+class WorkspaceIndex:
+    """Names defined per workspace file, and the reverse map; safe to query while it is being built."""
+
+    def __init__(self, root: Path, language_of: dict[str, str] | None = None, max_files: int = MAX_FILES,
+                 max_bytes: int = MAX_FILE_BYTES):
+        self.root = Path(root)
+        # file suffix -> language id, for the languages with definitions to find
+        self.language_of = {suffix: lang for suffix, lang in (language_of or languages.LANGUAGES_BY_SUFFIX).items()
+                            if languages.FAMILY.get(lang) in DEFINITION}
+        self.max_files, self.max_bytes = max_files, max_bytes
+        self._files: dict[str, tuple[str, str, frozenset[str]]] = {}  # path -> (language, family, names)
+        self._definers: dict[str, set[str]] = {}  # name -> paths
+        self._documents = LRU(16)  # (path, mtime) -> Document, parsed on first use
+        self._lock = threading.Lock()
+        self.ready = threading.Event()
+
+    # --- building -------------------------------------------------------------------------------
+
+    def start(self) -> threading.Thread:
+        """Scan in a background thread: the first requests go on without the workspace."""
+        thread = threading.Thread(target=self.scan, name="memosight-workspace-scan", daemon=True)
+        thread.start()
+        return thread
+
+    def scan(self) -> None:
+        count = 0
+        try:
+            for dirpath, dirnames, filenames in os.walk(self.root):
+                dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+                for name in sorted(filenames):
+                    if count >= self.max_files:
+                        log.info("workspace index: stopped at %d files under %s", count, self.root)
+                        return
+                    if Path(name).suffix in self.language_of:
+                        count += self.update(Path(dirpath) / name)
+        except OSError as exc:  # an unreadable workspace costs the index, never the server
+            log.warning("workspace index: scanning %s failed: %s", self.root, exc)
+        finally:
+            log.info("workspace index: %d files, %d names under %s", len(self._files), len(self._definers), self.root)
+            self.ready.set()
+
+    def update(self, path: Path) -> bool:
+        """(Re)read one file; returns whether it is indexed."""
+        language = self.language_of.get(path.suffix)
+        family = languages.FAMILY.get(language or "")
+        try:
+            if family is None or not path.is_file() or path.stat().st_size > self.max_bytes:
+                self.remove(path)
+                return False
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            self.remove(path)
+            return False
+        names = defined_names(text, family)
+        key = str(path)
+        with self._lock:
+            self._forget(key)
+            self._files[key] = (language, family, names)
+            for name in names:
+                self._definers.setdefault(name, set()).add(key)
+        return True
+
+    def remove(self, path: Path) -> None:
+        with self._lock:
+            self._forget(str(path))
+
+    def _forget(self, key: str) -> None:
+        old = self._files.pop(key, None)
+        if old is not None:
+            for name in old[2]:
+                paths = self._definers.get(name)
+                if paths is not None:
+                    paths.discard(key)
+                    if not paths:
+                        del self._definers[name]
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    # --- queries --------------------------------------------------------------------------------
+
+    def definers(self, names: set[str], family: str, exclude: set[str] = frozenset(), limit: int = 3) -> list[str]:
+        """Paths of up to `limit` files of `family` defining the most of `names`, a name defined in
+        fewer files counting more; files in `exclude` (the current and open ones) are left out."""
+        scores: dict[str, float] = {}
+        with self._lock:
+            for name in names:
+                paths = [p for p in self._definers.get(name, ()) if p not in exclude and self._files[p][1] == family]
+                if not paths or len(paths) > MAX_DEFINERS:
+                    continue
+                for path in paths:
+                    scores[path] = scores.get(path, 0.0) + 1.0 / len(paths)
+        return sorted(scores, key=lambda p: (-scores[p], p))[:limit]
+
+    def documents_at(self, paths: list[str]) -> list:
+        """Indexed files as Documents (read and parsed once per modification time)."""
+        from ..documents import Document
+
+        out = []
+        for key in paths:
+            path = Path(key)
+            try:
+                mtime = path.stat().st_mtime_ns
+                doc = self._documents.get((key, mtime))
+                if doc is None:
+                    doc = Document(path.resolve().as_uri(), path.read_text(encoding="utf-8"), self._files[key][0])
+                    self._documents.put((key, mtime), doc)
+            except (OSError, UnicodeDecodeError, KeyError):
+                continue  # deleted or changed under us: the next scan of it settles it
+            out.append(doc)
+        return out

@@ -1,0 +1,69 @@
+"""The workspace index: names defined per file, which files define the names near the cursor."""
+
+from pathlib import Path
+
+from memosight.server.context.workspace import WorkspaceIndex, defined_names
+
+
+def test_defined_names_per_language():
+    python = "import os\nMAX_SIZE = 3\nlimit: int = 4\nclass Box:\n    def open(self):\n        x = 1\nasync def fetch():\n    pass\nif a == b:\n    pass\n"
+    assert defined_names(python, "python") == {"MAX_SIZE", "limit", "Box", "open", "fetch"}
+    js = "export default function render() {}\nexport const API_URL = 'x';\nclass Store {}\ninterface Props {}\nlet count = 0;\n"
+    assert defined_names(js, "ecmascript") == {"render", "API_URL", "Store", "Props", "count"}
+    go = "package m\nfunc Parse(s string) int {}\nfunc (r *Reader) Next() {}\ntype Reader struct {}\nconst Limit = 3\n"
+    assert defined_names(go, "go") == {"Parse", "Next", "Reader", "Limit"}
+    rust = "pub fn parse() {}\npub(crate) struct Reader {}\nenum Kind {}\nconst LIMIT: u32 = 3;\nimpl Reader {\n    fn next(&self) {}\n}\n"
+    assert defined_names(rust, "rust") == {"parse", "Reader", "Kind", "LIMIT", "next"}
+    assert defined_names("int main() {}", "c") == frozenset()
+
+
+def make_workspace(root: Path) -> Path:
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "geometry.py").write_text("def area(w, h):\n    return w * h\n\nclass Shape:\n    pass\n")
+    (root / "pkg" / "units.py").write_text("METRES_PER_FOOT = 0.3048\n\ndef area(shape):\n    return 0\n")
+    (root / "pkg" / "web.ts").write_text("export function area(w: number) { return w; }\n")
+    (root / "node_modules" / "dep").mkdir(parents=True)
+    (root / "node_modules" / "dep" / "index.py").write_text("def METRES_PER_FOOT():\n    pass\n")
+    (root / "pkg" / "huge.py").write_text("def giant():\n    pass\n" + "#" * 400_000)
+    return root
+
+
+def test_scan_indexes_source_files_and_skips_vendored_folders_and_huge_files(tmp_path):
+    index = WorkspaceIndex(make_workspace(tmp_path))
+    index.start().join(timeout=10)
+    assert index.ready.is_set() and len(index) == 3  # geometry.py, units.py, web.ts
+    assert index.definers({"METRES_PER_FOOT"}, "python") == [str(tmp_path / "pkg" / "units.py")]
+    assert index.definers({"giant"}, "python") == []
+
+
+def test_definers_prefer_files_defining_rarer_names_and_leave_out_excluded_ones(tmp_path):
+    index = WorkspaceIndex(make_workspace(tmp_path))
+    index.scan()
+    geometry, units = str(tmp_path / "pkg" / "geometry.py"), str(tmp_path / "pkg" / "units.py")
+    # `area` is in both Python files (half a point each), `Shape` only in geometry.py.
+    assert index.definers({"area", "Shape"}, "python") == [geometry, units]
+    assert index.definers({"area", "Shape"}, "python", exclude={geometry}) == [units]
+    assert index.definers({"area"}, "ecmascript") == [str(tmp_path / "pkg" / "web.ts")]
+    docs = index.documents_at([geometry])
+    assert docs[0].language == "python" and "def area" in docs[0].text and docs[0].path == geometry
+
+
+def test_update_and_remove_follow_the_files(tmp_path):
+    index = WorkspaceIndex(make_workspace(tmp_path))
+    index.scan()
+    units = tmp_path / "pkg" / "units.py"
+    units.write_text("def convert(x):\n    return x\n")
+    index.update(units)
+    assert index.definers({"METRES_PER_FOOT"}, "python") == []
+    assert index.definers({"convert"}, "python") == [str(units)]
+    units.unlink()
+    index.update(units)
+    assert index.definers({"convert"}, "python") == [] and len(index) == 2
+
+
+def test_scan_stops_at_the_file_cap(tmp_path):
+    for i in range(5):
+        (tmp_path / f"m{i}.py").write_text(f"def f{i}():\n    pass\n")
+    index = WorkspaceIndex(tmp_path, max_files=3)
+    index.scan()
+    assert len(index) == 3 and index.ready.is_set()
