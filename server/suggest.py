@@ -18,9 +18,7 @@ from dataclasses import dataclass, field
 from memosight.engine.request import CompletionRequest, StopRule
 
 from .config import Settings
-from .context import languages
 from .context.packing import ContextCompressor, PackedContext, truncate_around_cursor
-from .context.regions import LRU, analyze, identifiers
 from .context.workspace import WorkspaceIndex
 from .documents import Document
 
@@ -30,10 +28,6 @@ BRACE_LANGUAGES_OPENERS = ("{", "(", "[", "=>")
 # A single-line suggestion ends at the line's end; a line of code is rarely longer than this many
 # tokens (about 100 characters), and generation that runs past it is nearly always a loop.
 SINGLE_LINE_MAX_TOKENS = 32
-# Names used this close before the cursor (and a quarter of it after) may send for the workspace
-# files that define them: about the 60 lines a reader would look at.
-NEAR_CHARS = 3000
-IDENTIFIER_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 
 
 @dataclass
@@ -169,7 +163,6 @@ class Suggester:
         self.open_documents: Callable[[], list[Document]] | None = None
         # unopened files of the workspace, for the definitions of names used near the cursor
         self.workspace: WorkspaceIndex | None = None
-        self._workspace_picks = LRU(64)  # uri -> the workspace files last chosen for it
 
     # --- engine ---------------------------------------------------------------------------------
 
@@ -253,27 +246,10 @@ class Suggester:
                                           engine.count_tokens, doc.path)
 
     def workspace_documents(self, doc: Document, cursor: int, open_docs: list[Document]) -> list[Document]:
-        """Unopened workspace files that define names used near the cursor (not in this document).
-
-        The choice sticks while it still covers the names: a change of files changes the far part
-        of the prompt, and with it the KV cache, so it moves only for a name it does not cover."""
-        family = languages.FAMILY.get(doc.language)
-        if self.workspace is None or family is None or not len(self.workspace):
+        """Unopened workspace files that define names used near the cursor (see workspace.py)."""
+        if self.workspace is None:
             return []
-        start = max(0, cursor - NEAR_CHARS)
-        word = len(doc.text[start:cursor]) - len(doc.text[start:cursor].rstrip(IDENTIFIER_CHARS))
-        names = identifiers(doc.text[start:cursor - word] + " " + doc.text[cursor:cursor + NEAR_CHARS // 4])
-        text, tree = doc.snapshot()
-        if tree is not None:  # what this file defines or assigns needs no other file (imports do)
-            here = analyze(text, tree, doc.language)  # cached: the compressor asks for the same
-            names -= here.symbols.keys() | set(here.binds)
-        exclude = {doc.path, *(o.path for o in open_docs)}
-        picked = self.workspace.definers(names, family, exclude)
-        previous = self._workspace_picks.get(doc.uri, [])
-        if previous and set(picked) <= set(previous):
-            picked = previous
-        self._workspace_picks.put(doc.uri, picked)
-        return self.workspace.documents_at(picked)
+        return self.workspace.documents_for(doc, cursor, open_docs)
 
     async def suggest(self, doc: Document, cursor: int, settings: Settings,
                       on_partial: Callable[[str], None] | None = None) -> Suggestion | None:

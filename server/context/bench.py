@@ -155,6 +155,7 @@ def _recall_and_match(files, args, count_tokens, engine, rng) -> dict:
     from ..documents import Document
     from .packing import ContextCompressor, truncate_around_cursor
     from .regions import analyze, identifiers
+    from .workspace import WorkspaceIndex
 
     positions = []
     for doc in files:
@@ -166,6 +167,9 @@ def _recall_and_match(files, args, count_tokens, engine, rng) -> dict:
     rng.shuffle(positions)
     positions = positions[:args.max_positions]
     compressor = ContextCompressor()
+    # The corpus stands for the workspace: its unopened files may give definitions, as in the server.
+    workspace = WorkspaceIndex(Path(args.corpus))
+    workspace.scan()
     found = {"compressed": 0, "truncated": 0}
     found_far = {"compressed": 0, "truncated": 0}  # only those absent from the 30 lines above the cursor
     # The far line where the identifier first appears (its definition, an import, a first use): is
@@ -192,8 +196,10 @@ def _recall_and_match(files, args, count_tokens, engine, rng) -> dict:
             other_names |= analyze(*other.snapshot(), other.language).symbols.keys()
         targets = _far_identifiers(lines, row, true_line, doc.language, other_names)
         far_only = targets - identifiers("".join(lines[max(0, row - FAR_LINES):row]))
+        from_workspace = workspace.documents_for(current, cursor, others)
         packed = {
-            "compressed": compressor.build(current, cursor, args.budget, args.suffix_share, count_tokens, others),
+            "compressed": compressor.build(current, cursor, args.budget, args.suffix_share, count_tokens,
+                                           others + from_workspace),
             "truncated": truncate_around_cursor(text, cursor, args.budget, args.suffix_share, count_tokens),
         }
         origins = _origin_lines(lines, row, targets)

@@ -16,13 +16,17 @@ import threading
 from pathlib import Path
 
 from . import languages
-from .regions import LRU
+from .regions import LRU, analyze, identifiers
 
 log = logging.getLogger(__name__)
 
 MAX_FILES = 5000  # a bigger workspace is indexed up to this many files (the first found, walking down)
 MAX_FILE_BYTES = 300_000  # generated tables and vendored bundles are skipped
 MAX_DEFINERS = 8  # a name defined in more files than this (run, __init__, new) says nothing about which
+# Names used this close before the cursor (and a quarter of it after) send for the workspace files
+# that define them: about the 60 lines a reader would look at.
+NEAR_CHARS = 3000
+IDENTIFIER_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", "env", ".env",
                        "build", "dist", "target", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache",
                        "site-packages", ".idea", ".vscode", "vendor", "third_party", ".next", "coverage"})
@@ -51,7 +55,7 @@ class WorkspaceIndex:
 
     def __init__(self, root: Path, language_of: dict[str, str] | None = None, max_files: int = MAX_FILES,
                  max_bytes: int = MAX_FILE_BYTES):
-        self.root = Path(root)
+        self.root = Path(root).resolve()  # keys are absolute paths, as Document.path gives them
         # file suffix -> language id, for the languages with definitions to find
         self.language_of = {suffix: lang for suffix, lang in (language_of or languages.LANGUAGES_BY_SUFFIX).items()
                             if languages.FAMILY.get(lang) in DEFINITION}
@@ -59,6 +63,7 @@ class WorkspaceIndex:
         self._files: dict[str, tuple[str, str, frozenset[str]]] = {}  # path -> (language, family, names)
         self._definers: dict[str, set[str]] = {}  # name -> paths
         self._documents = LRU(16)  # (path, mtime) -> Document, parsed on first use
+        self._picks = LRU(64)  # uri -> the files last chosen for that document
         self._lock = threading.Lock()
         self.ready = threading.Event()
 
@@ -139,6 +144,29 @@ class WorkspaceIndex:
                 for path in paths:
                     scores[path] = scores.get(path, 0.0) + 1.0 / len(paths)
         return sorted(scores, key=lambda p: (-scores[p], p))[:limit]
+
+    def documents_for(self, doc, cursor: int, open_docs: list) -> list:
+        """The files defining the names used near `cursor` in `doc` that neither it nor an open
+        document defines, as Documents. The choice sticks while it still covers those names: other
+        files change the far part of the prompt, and with it the KV cache, so it moves only for a
+        name it does not cover."""
+        family = languages.FAMILY.get(doc.language)
+        if family is None or not self._files:
+            return []
+        start = max(0, cursor - NEAR_CHARS)
+        before = doc.text[start:cursor]
+        typing = len(before) - len(before.rstrip(IDENTIFIER_CHARS))  # a name still being typed
+        names = identifiers(before[:len(before) - typing] + " " + doc.text[cursor:cursor + NEAR_CHARS // 4])
+        text, tree = doc.snapshot()
+        if tree is not None:  # what this file defines or assigns needs no other file (imports do)
+            here = analyze(text, tree, doc.language)  # cached: the compressor asks for the same
+            names -= here.symbols.keys() | set(here.binds)
+        picked = self.definers(names, family, exclude={doc.path, *(o.path for o in open_docs)})
+        previous = self._picks.get(doc.uri, [])
+        if previous and set(picked) <= set(previous):
+            picked = previous
+        self._picks.put(doc.uri, picked)
+        return self.documents_at(picked)
 
     def documents_at(self, paths: list[str]) -> list:
         """Indexed files as Documents (read and parsed once per modification time)."""
