@@ -34,10 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
             if path[:depth] not in groups:
                 sub = groups[path[: depth - 1]].add_parser(path[depth - 1], help=f"{path[depth - 1]} commands")
                 groups[path[:depth]] = sub.add_subparsers(dest=f"{path[depth - 1]}_command", required=True)
-        sub = groups[path[:-1]].add_parser(path[-1], help=help_text, description=help_text)
+        sub = groups[path[:-1]].add_parser(path[-1], help=help_text, description=help_text,
+                                           formatter_class=argparse.RawDescriptionHelpFormatter)
         sub.set_defaults(_module=module)
         try:
-            _load(module).add_arguments(sub)
+            loaded = _load(module)
+            loaded.add_arguments(sub)
+            sub.epilog = loaded.__doc__  # what the command measures or does, in full
         except ImportError as exc:  # a broken install of one command must not take down the others
             sub.set_defaults(_broken=f"{' '.join(path)} is unavailable: {exc}")
     return parser

@@ -111,11 +111,15 @@ class NgramTable:
         return None
 
     @classmethod
-    def build(cls, tokens: np.ndarray, max_order: int = 4, min_count: int = 3) -> "NgramTable":
+    def build(cls, tokens: np.ndarray, max_order: int = 4, min_count: int = 3,
+              following: np.ndarray | None = None) -> "NgramTable":
         """Count what follows every context of 1..max_order tokens in `tokens` (documents joined by
         an end token). A context seen fewer than min_count times is dropped, and so is a longer
-        context that guesses the same token as its shorter tail: the shorter one answers for it."""
+        context that guesses the same token as its shorter tail: the shorter one answers for it.
+        `following[i]`, when given, is what to count after position i instead of tokens[i + 1]:
+        the model's own greedy choice there, which is what verification accepts."""
         tokens = np.asarray(tokens, dtype=np.int64)
+        following = tokens[1:] if following is None else np.asarray(following, dtype=np.int64)
         orders: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         full: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # unpruned keys -> best next, for pruning
         for n in range(1, max_order + 1):
@@ -123,7 +127,7 @@ class NgramTable:
             if len(ends) == 0:
                 break
             keys = _hash_windows(tokens, n)[: len(ends)]
-            nexts = tokens[ends + 1]
+            nexts = following[ends]
             order = np.lexsort((nexts, keys))
             keys, nexts, ends = keys[order], nexts[order], ends[order]
             pair_start = np.flatnonzero(np.r_[True, (keys[1:] != keys[:-1]) | (nexts[1:] != nexts[:-1])])
