@@ -331,12 +331,13 @@ def speculative_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids
         step_start = time.perf_counter()
         candidates, asked = [], {}  # source -> seconds its propose call took
         if controller.use_drafts():
-            for standby in (False, True):  # standby sources only when the others found nothing
-                for drafter in drafters:
-                    if drafter.standby == standby and not (standby and candidates) and controller.allows(drafter.name):
-                        started = time.perf_counter()
-                        candidates.extend(drafter.propose(state))
-                        asked[drafter.name] = time.perf_counter() - started
+            # A standby source is asked only when nothing asked before it has a guess: the cheap
+            # sources first, then (in the engine's order) the corpus table before the heads.
+            for drafter in sorted(drafters, key=lambda d: d.standby):
+                if (not drafter.standby or not candidates) and controller.allows(drafter.name):
+                    started = time.perf_counter()
+                    candidates.extend(drafter.propose(state))
+                    asked[drafter.name] = time.perf_counter() - started
         tree = build_tree(root, candidates, max_nodes=controller.nodes + 1, max_depth=remaining - 1)
         past = kv.cached_length(prompt_cache.cache)
         ids = torch.tensor([tree.tokens], device=device)

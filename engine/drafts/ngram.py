@@ -176,7 +176,7 @@ class TableDrafter:
     name = "table"
     standby = True  # the prompt's own n-grams, when they match, are the better guess
 
-    def __init__(self, table: NgramTable, max_len: int = 4, min_joint: float = 0.2):
+    def __init__(self, table: NgramTable, max_len: int = 6, min_joint: float = 0.15):
         self.table = table
         self.max_len = max_len
         self.min_joint = min_joint  # the first guess is always drafted: one row costs next to nothing

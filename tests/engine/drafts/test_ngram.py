@@ -1,5 +1,7 @@
 """N-gram drafts: the prompt lookup and the corpus table (counting, backoff, pruning, chains, file)."""
 
+from pathlib import Path
+
 import numpy as np
 
 from memosight.engine import load_engine
@@ -79,3 +81,15 @@ def test_train_ngrams_writes_the_table_beside_the_model_and_the_engine_drafts_wi
 def test_train_ngrams_refuses_a_missing_corpus(tmp_path, capsys):
     assert main(["train", "ngrams", "--corpus", str(tmp_path / "nope"), "--save-to", str(tmp_path)]) == 2
     assert "corpus folder not found" in capsys.readouterr().err
+
+
+def test_distilled_table_counts_the_models_own_greedy_choices(tmp_path, repeater_model_dir, code_corpus):
+    import shutil
+
+    model_dir = Path(shutil.copytree(repeater_model_dir, tmp_path / "repeater"))
+    assert main(["train", "ngrams", "--model", str(model_dir), "--corpus", str(code_corpus), "--min-count", "1",
+                 "--val-fraction", "0", "--distill-tokens", "300"]) == 0
+    engine = load_engine(str(model_dir), device="cpu")
+    x = engine.encode("x")[0]
+    context = engine.encode("class Item0:\n    def __init__(self, name):")
+    assert engine.table.guess(context) == (x, 1.0)  # the repeater writes "x" after anything
