@@ -90,7 +90,11 @@ def transformers_prefill(model, input_ids: list[int]) -> dict:
     keyword arguments that hand it to `model.generate` (for benchmarks against transformers)."""
     cache = DynamicCache(config=model.config)
     if input_ids:
-        model(torch.tensor([input_ids], device=next(model.parameters()).device), **{cache_argument_name(model): cache})
+        # Only the last position's logits, as generate asks for them: the full (T, V) projection
+        # would charge transformers for work neither it nor the engine does.
+        keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+        model(torch.tensor([input_ids], device=next(model.parameters()).device),
+              **{cache_argument_name(model): cache}, **keep)
     return {cache_argument_name(model): cache}
 
 

@@ -67,7 +67,7 @@ class MemoSightServer(LanguageServer):
         parsed = urlparse(uri)
         if index is not None and parsed.scheme == "file":
             path = Path(unquote(parsed.path))
-            if path.suffix in index.language_of:
+            if index.covers(path):
                 index.update(path)  # removes it from the index when it is gone
 
     def document(self, uri: str) -> Document:
@@ -114,6 +114,7 @@ def create_server(suggester: Suggester | None = None) -> MemoSightServer:
 
     @ls.feature(types.INITIALIZED)
     async def initialized(ls: MemoSightServer, params: types.InitializedParams) -> None:
+        await _watch_files(ls)
         await _pull_client_configuration(ls)
 
     @ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -209,6 +210,28 @@ def _section(options) -> dict:
     if isinstance(options, dict) and isinstance(options.get(CONFIG_SECTION), dict):
         return options[CONFIG_SECTION]
     return options if isinstance(options, dict) else {"initializationOptions": options}
+
+
+WATCH_REGISTRATION = "memosight-watched-files"
+
+
+async def _watch_files(ls: MemoSightServer) -> None:
+    """Ask the client to report source and config files that change on disk (a checkout, a
+    formatter, another editor), for the workspace index and the config file. Clients that cannot
+    register watchers dynamically are left alone: saves and closes still re-index a file."""
+    caps = ls.client_capabilities.workspace
+    watched = caps.did_change_watched_files if caps else None
+    index = ls.suggester.workspace
+    if index is None or not (watched and watched.dynamic_registration):
+        return
+    globs = sorted(f"**/*{suffix}" for suffix in index.language_of) + ["**/.memosight.toml", "**/pyproject.toml"]
+    options = types.DidChangeWatchedFilesRegistrationOptions(
+        watchers=[types.FileSystemWatcher(glob_pattern=glob) for glob in globs])
+    try:
+        await ls.client_register_capability_async(types.RegistrationParams(registrations=[types.Registration(
+            id=WATCH_REGISTRATION, method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES, register_options=options)]))
+    except Exception as exc:  # a client that refuses must not stop the server
+        log.warning("registering file watchers failed: %s", exc)
 
 
 async def _pull_client_configuration(ls: MemoSightServer) -> None:

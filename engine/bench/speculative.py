@@ -80,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
                              eos_token_id=eos, pad_token_id=eos[0], **kw)
         return out[0, len(ids):].tolist()
 
+    def sync() -> None:
+        if engine.device.type == "cuda":
+            torch.cuda.synchronize()
+
     @torch.inference_mode()
     def prefill(method, ids) -> dict:
         """All but the last prompt token into the method's cache: what a keystroke finds cached."""
@@ -100,8 +104,10 @@ def run(args: argparse.Namespace) -> int:
         order = list(methods)
         rng.shuffle(order)
         for method in order:
+            sync()
             start = time.perf_counter()
             cached = prefill(method, ids)
+            sync()  # GPU work is asynchronous: the clock must wait for it
             decoding = time.perf_counter()
             if method == "hf_greedy":
                 out = hf(ids, n, **cached)
@@ -116,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
                 engine.drafters = [all_drafters[k] for k in names if all_drafters[k] is not None]
                 engine.spec_stats, engine.controller = stats_of[method], controllers[method]
                 out = engine.generate(ids, n, speculative=True)
+            sync()
             prefill_seconds = decoding - start
             decode_seconds = time.perf_counter() - decoding
             if method == "hf_prompt_lookup":  # the same prefill happened inside generate

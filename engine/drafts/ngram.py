@@ -81,7 +81,7 @@ def _hash_tail(tokens: list[int], n: int) -> int:
 
 
 def _hash_windows(tokens: np.ndarray, n: int) -> np.ndarray:
-    """Hash of every window of n tokens, indexed by the window's last position (the same fold as
+    """Hash of every window of n tokens, indexed by the window's first position (the same fold as
     _hash_tail, in uint64 arithmetic that wraps)."""
     count = len(tokens) - n + 1
     key = np.full(count, _BASIS, dtype=np.uint64)
@@ -142,7 +142,7 @@ class NgramTable:
             end = pair_end[first]
             keep = total >= min_count
             full[n] = (key[keep], best[keep])
-            if n > 1:  # the same guess as the shorter tail: not worth storing
+            if n > 1 and len(full[n - 1][0]):  # the same guess as the shorter tail: not worth storing
                 lower_keys, lower_best = full[n - 1]
                 shorter = _hash_windows(tokens, n - 1)[end - n + 2]
                 j = np.minimum(np.searchsorted(lower_keys, shorter), len(lower_keys) - 1)

@@ -35,12 +35,19 @@ SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".v
 _NAME = r"([A-Za-z_][A-Za-z0-9_]*)"
 DEFINITION = {
     "python": re.compile(rf"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+{_NAME}|^{_NAME}[ \t]*(?::[^=\n]*)?=[^=]", re.M),
-    "ecmascript": re.compile(rf"^[ \t]*(?:export[ \t]+)?(?:default[ \t]+)?(?:async[ \t]+)?"
-                             rf"(?:function\*?|class|const|let|var|interface|type|enum)[ \t]+{_NAME}", re.M),
+    # declarations at the top level or exported (an indented const is a local, not a definition)
+    "ecmascript": re.compile(rf"^(?:[ \t]*export[ \t]+(?:default[ \t]+)?)?(?:declare[ \t]+)?(?:abstract[ \t]+)?"
+                             rf"(?:async[ \t]+)?(?:function[ \t]*\*?|class|const|let|var|interface|type|enum)"
+                             rf"[ \t]+(?!extends\b|implements\b){_NAME}", re.M),
     "go": re.compile(rf"^(?:func[ \t]+(?:\([^)]*\)[ \t]*)?|type[ \t]+|const[ \t]+|var[ \t]+){_NAME}", re.M),
-    "rust": re.compile(rf"^[ \t]*(?:pub(?:\([^)]*\))?[ \t]+)?(?:async[ \t]+)?(?:unsafe[ \t]+)?"
-                       rf"(?:fn|struct|enum|trait|type|const|static|mod)[ \t]+{_NAME}", re.M),
+    "rust": re.compile(rf"^[ \t]*(?:pub(?:\([^)]*\))?[ \t]+)?(?:(?:const|async|unsafe|extern[ \t]+\"[^\"]*\")[ \t]+)*"
+                       rf"(?:fn|struct|enum|trait|type|const|static(?:[ \t]+mut)?|mod|union)[ \t]+{_NAME}", re.M),
 }
+
+
+def path_key(path) -> str:
+    """One spelling per file (symlinks resolved), whether it comes from a scan, a URI or an event."""
+    return os.path.realpath(path)
 
 
 def defined_names(text: str, family: str) -> frozenset[str]:
@@ -55,7 +62,7 @@ class WorkspaceIndex:
 
     def __init__(self, root: Path, language_of: dict[str, str] | None = None, max_files: int = MAX_FILES,
                  max_bytes: int = MAX_FILE_BYTES):
-        self.root = Path(root).resolve()  # keys are absolute paths, as Document.path gives them
+        self.root = Path(path_key(root))
         # file suffix -> language id, for the languages with definitions to find
         self.language_of = {suffix: lang for suffix, lang in (language_of or languages.LANGUAGES_BY_SUFFIX).items()
                             if languages.FAMILY.get(lang) in DEFINITION}
@@ -105,7 +112,7 @@ class WorkspaceIndex:
             self.remove(path)
             return False
         names = defined_names(text, family)
-        key = str(path)
+        key = path_key(path)
         with self._lock:
             self._forget(key)
             self._files[key] = (language, family, names)
@@ -115,7 +122,18 @@ class WorkspaceIndex:
 
     def remove(self, path: Path) -> None:
         with self._lock:
-            self._forget(str(path))
+            self._forget(path_key(path))
+
+    def covers(self, path: Path) -> bool:
+        """Whether a file a client reports belongs in the index: under the root, in no skipped
+        folder, of an indexed language (a package installed into .venv sends thousands of events)."""
+        try:
+            relative = Path(path_key(path)).relative_to(self.root)
+        except ValueError:
+            return False
+        folders = relative.parts[:-1]
+        return (path.suffix in self.language_of
+                and not any(part in SKIP_DIRS or part.startswith(".") for part in folders))
 
     def _forget(self, key: str) -> None:
         old = self._files.pop(key, None)
@@ -136,6 +154,7 @@ class WorkspaceIndex:
         """Paths of up to `limit` files of `family` defining the most of `names`, a name defined in
         fewer files counting more; files in `exclude` (the current and open ones) are left out."""
         scores: dict[str, float] = {}
+        exclude = {path_key(p) for p in exclude}
         with self._lock:
             for name in names:
                 paths = [p for p in self._definers.get(name, ()) if p not in exclude and self._files[p][1] == family]
@@ -161,8 +180,10 @@ class WorkspaceIndex:
         if tree is not None:  # what this file defines or assigns needs no other file (imports do)
             here = analyze(text, tree, doc.language)  # cached: the compressor asks for the same
             names -= here.symbols.keys() | set(here.binds)
-        picked = self.definers(names, family, exclude={doc.path, *(o.path for o in open_docs)})
-        previous = self._picks.get(doc.uri, [])
+        exclude = {path_key(doc.path), *(path_key(o.path) for o in open_docs)}
+        picked = self.definers(names, family, exclude=exclude)
+        # the last choice, less files since opened in the editor (their open text is used) or gone
+        previous = [p for p in self._picks.get(doc.uri, []) if p not in exclude and p in self._files]
         if previous and set(picked) <= set(previous):
             picked = previous
         self._picks.put(doc.uri, picked)

@@ -229,6 +229,41 @@ async def test_the_workspace_is_indexed_and_saved_files_reindexed(tmp_path, repe
         assert (await status(client))["workspace"]["files"] == 2
 
 
+async def test_clients_that_can_are_asked_to_watch_source_and_config_files(tmp_path, repeater_model_dir):
+    config = ClientServerConfig(server_command=SERVER, server_env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    client = await config.start(devtools=None)
+    registrations = []
+
+    @client.feature(types.CLIENT_REGISTER_CAPABILITY)
+    def register(params: types.RegistrationParams):
+        registrations.extend(params.registrations)
+
+    capabilities = types.ClientCapabilities(workspace=types.WorkspaceClientCapabilities(
+        did_change_watched_files=types.DidChangeWatchedFilesClientCapabilities(dynamic_registration=True)))
+    await client.initialize_session(types.InitializeParams(
+        capabilities=capabilities, root_uri=tmp_path.as_uri(), initialization_options={"model": str(repeater_model_dir)}))
+    try:
+        for _ in range(100):
+            if registrations:
+                break
+            await asyncio.sleep(0.05)
+        (registration,) = registrations
+        assert registration.method == types.WORKSPACE_DID_CHANGE_WATCHED_FILES
+        globs = [w["globPattern"] for w in registration.register_options["watchers"]]  # untyped JSON here
+        assert "**/*.py" in globs and "**/*.ts" in globs and "**/.memosight.toml" in globs
+        created = tmp_path / "made_outside.py"
+        created.write_text("def from_a_checkout():\n    pass\n")
+        client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(
+            changes=[types.FileEvent(uri=created.as_uri(), type=types.FileChangeType.Created)]))
+        for _ in range(100):
+            if (await status(client))["workspace"]["files"] == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert (await status(client))["workspace"]["files"] == 1
+    finally:
+        await client.shutdown_session()
+
+
 async def test_bad_requests_get_clear_answers_and_the_server_stays_up(tmp_path, repeater_model_dir):
     async with lsp_session(tmp_path, {"model": str(repeater_model_dir), "max_new_tokens": 3}) as client:
         with pytest.raises(Exception, match="not open"):

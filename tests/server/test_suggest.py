@@ -208,6 +208,10 @@ def test_workspace_files_are_chosen_for_names_not_defined_here_and_the_choice_st
     assert picks("x = alpha()\ny = 1\n") == ["a.py"]  # nothing new: the same files
     assert picks("x = alpha()\ny = 1\nbet") == ["a.py"]  # a name still being typed does not count
     assert sorted(picks("x = alpha()\ny = beta()\n")) == ["a.py", "b.py"]  # a new name moves it
+    assert sorted(picks("x = alpha()\n")) == ["a.py", "b.py"]  # beta no longer used: the choice stays
+    doc = Document((tmp_path / "main.py").as_uri(), "x = alpha()\n", "python")
+    opened = Document((tmp_path / "b.py").as_uri(), "def beta():\n    return 2\n", "python")
+    assert [Path(d.path).name for d in suggester.workspace_documents(doc, len(doc.text), [opened])] == ["a.py"]
     suggester.shutdown()
 
 

@@ -40,6 +40,11 @@ def test_contexts_that_guess_like_their_tail_or_are_rare_are_not_stored():
     assert table.guess([4, 5])[0] == 6
 
 
+def test_a_corpus_too_small_for_the_count_floor_gives_an_empty_table():
+    table = NgramTable.build(np.array([1, 2, 3, 4, 5]), max_order=4, min_count=3)
+    assert len(table) == 0 and table.guess([1, 2, 3]) is None
+
+
 def test_table_file_round_trip(tmp_path):
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 50, size=5000)

@@ -15,6 +15,11 @@ def test_defined_names_per_language():
     rust = "pub fn parse() {}\npub(crate) struct Reader {}\nenum Kind {}\nconst LIMIT: u32 = 3;\nimpl Reader {\n    fn next(&self) {}\n}\n"
     assert defined_names(rust, "rust") == {"parse", "Reader", "Kind", "LIMIT", "next"}
     assert defined_names("int main() {}", "c") == frozenset()
+    # modifiers are not names, and locals are not definitions
+    assert defined_names("export default class extends Base {}\nfunction f() {\n  const local = 1;\n}\n"
+                         "export abstract class Shape {}\nfunction* gen() {}\n", "ecmascript") == {"f", "Shape", "gen"}
+    assert defined_names("pub const fn new() {}\nstatic mut COUNT: u32 = 0;\nconst unsafe fn raw() {}\n"
+                         "pub extern \"C\" fn callback() {}\n", "rust") == {"new", "COUNT", "raw", "callback"}
 
 
 def make_workspace(root: Path) -> Path:
@@ -67,3 +72,16 @@ def test_scan_stops_at_the_file_cap(tmp_path):
     index = WorkspaceIndex(tmp_path, max_files=3)
     index.scan()
     assert len(index) == 3 and index.ready.is_set()
+
+
+def test_a_symlinked_workspace_has_one_key_per_file(tmp_path):
+    real = make_workspace(tmp_path / "real")
+    (tmp_path / "link").symlink_to(real)
+    index = WorkspaceIndex(tmp_path / "link")
+    index.scan()
+    units_via_link = tmp_path / "link" / "pkg" / "units.py"
+    index.update(units_via_link)  # a save reported through the other spelling
+    assert len(index) == 3
+    assert index.definers({"METRES_PER_FOOT"}, "python", exclude={str(units_via_link)}) == []
+    assert index.covers(units_via_link) and not index.covers(tmp_path / "link" / "node_modules" / "dep" / "index.py")
+    assert not index.covers(tmp_path / "elsewhere.py") and not index.covers(tmp_path / "link" / "pkg" / "notes.txt")
