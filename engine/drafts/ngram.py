@@ -182,7 +182,7 @@ class TableDrafter:
         self.min_joint = min_joint  # the first guess is always drafted: one row costs next to nothing
 
     def propose(self, state: DraftState) -> list[Candidate]:
-        context = state.context[-8:]
+        context = state.context[-max(self.table.orders, default=1):]
         chain: list[int] = []
         joint = 1.0
         while len(chain) < min(self.max_len, state.max_len):
@@ -190,9 +190,9 @@ class TableDrafter:
             if guess is None:
                 break
             token, share = guess
-            joint *= share
-            if chain and joint < self.min_joint:
+            if chain and joint * share < self.min_joint:
                 break
+            joint *= share
             chain.append(token)
             context.append(token)
         return [Candidate(chain, self.name, score=0.3 + 0.1 * joint)] if chain else []

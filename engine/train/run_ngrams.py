@@ -86,6 +86,7 @@ def greedy_choices(model: str | None, device: str | None, tokens, budget: int, w
     from ..loading import load_engine
 
     engine = load_engine(model, device=device, dtype="float32")
+    window = min(window, getattr(engine.model.config, "max_position_embeddings", None) or window)
     starts = list(range(0, max(1, len(tokens) - window), window))
     keep = max(1, min(len(starts), budget // window))
     starts = [starts[round(i * len(starts) / keep)] for i in range(keep)]
