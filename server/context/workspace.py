@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import threading
+import time
 from pathlib import Path
 
 from . import languages
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 
 MAX_FILES = 5000  # a bigger workspace is indexed up to this many files (the first found, walking down)
 MAX_FILE_BYTES = 300_000  # generated tables and vendored bundles are skipped
+MAX_SCAN_SECONDS = 30.0  # a workspace root at a home folder could otherwise be walked for minutes
 MAX_DEFINERS = 8  # a name defined in more files than this (run, __init__, new) says nothing about which
 # Names used this close before the cursor (and a quarter of it after) send for the workspace files
 # that define them: about the 60 lines a reader would look at.
@@ -61,12 +63,12 @@ class WorkspaceIndex:
     """Names defined per workspace file, and the reverse map; safe to query while it is being built."""
 
     def __init__(self, root: Path, language_of: dict[str, str] | None = None, max_files: int = MAX_FILES,
-                 max_bytes: int = MAX_FILE_BYTES):
+                 max_bytes: int = MAX_FILE_BYTES, max_seconds: float = MAX_SCAN_SECONDS):
         self.root = Path(path_key(root))
         # file suffix -> language id, for the languages with definitions to find
         self.language_of = {suffix: lang for suffix, lang in (language_of or languages.LANGUAGES_BY_SUFFIX).items()
                             if languages.FAMILY.get(lang) in DEFINITION}
-        self.max_files, self.max_bytes = max_files, max_bytes
+        self.max_files, self.max_bytes, self.max_seconds = max_files, max_bytes, max_seconds
         self._files: dict[str, tuple[str, str, frozenset[str]]] = {}  # path -> (language, family, names)
         self._definers: dict[str, set[str]] = {}  # name -> paths
         self._documents = LRU(16)  # (path, mtime) -> Document, parsed on first use
@@ -84,9 +86,13 @@ class WorkspaceIndex:
 
     def scan(self) -> None:
         count = 0
+        deadline = time.monotonic() + self.max_seconds
         try:
             for dirpath, dirnames, filenames in os.walk(self.root):
                 dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+                if time.monotonic() > deadline:
+                    log.info("workspace index: stopped after %.0f s under %s", self.max_seconds, self.root)
+                    return
                 for name in sorted(filenames):
                     if count >= self.max_files:
                         log.info("workspace index: stopped at %d files under %s", count, self.root)

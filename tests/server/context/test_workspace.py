@@ -66,12 +66,15 @@ def test_update_and_remove_follow_the_files(tmp_path):
     assert index.definers({"convert"}, "python") == [] and len(index) == 2
 
 
-def test_scan_stops_at_the_file_cap(tmp_path):
+def test_scan_stops_at_the_file_cap_and_the_time_cap(tmp_path):
     for i in range(5):
         (tmp_path / f"m{i}.py").write_text(f"def f{i}():\n    pass\n")
     index = WorkspaceIndex(tmp_path, max_files=3)
     index.scan()
     assert len(index) == 3 and index.ready.is_set()
+    out_of_time = WorkspaceIndex(tmp_path, max_seconds=-1.0)
+    out_of_time.scan()
+    assert len(out_of_time) == 0 and out_of_time.ready.is_set()
 
 
 def test_a_symlinked_workspace_has_one_key_per_file(tmp_path):
