@@ -52,11 +52,19 @@ def path_key(path) -> str:
     return os.path.realpath(path)
 
 
+# Go's grouped declarations: `const (` ... `)`, one name at the start of each line inside.
+GO_GROUP = re.compile(r"^(?:const|var|type)[ \t]*\(\n(.*?)^\)", re.M | re.S)
+GO_GROUP_NAME = re.compile(rf"^[ \t]+{_NAME}", re.M)
+
+
 def defined_names(text: str, family: str) -> frozenset[str]:
     pattern = DEFINITION.get(family)
     if pattern is None:
         return frozenset()
-    return frozenset(name for match in pattern.finditer(text) for name in match.groups() if name)
+    names = {name for match in pattern.finditer(text) for name in match.groups() if name}
+    if family == "go":
+        names.update(m.group(1) for block in GO_GROUP.finditer(text) for m in GO_GROUP_NAME.finditer(block.group(1)))
+    return frozenset(names)
 
 
 class WorkspaceIndex:

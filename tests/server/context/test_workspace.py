@@ -12,6 +12,8 @@ def test_defined_names_per_language():
     assert defined_names(js, "ecmascript") == {"render", "API_URL", "Store", "Props", "count"}
     go = "package m\nfunc Parse(s string) int {}\nfunc (r *Reader) Next() {}\ntype Reader struct {}\nconst Limit = 3\n"
     assert defined_names(go, "go") == {"Parse", "Next", "Reader", "Limit"}
+    grouped = "const (\n\tRed Color = iota\n\tGreen\n)\n\nvar (\n\tcache = map[string]int{}\n)\n"
+    assert defined_names(grouped, "go") == {"Red", "Green", "cache"}
     rust = "pub fn parse() {}\npub(crate) struct Reader {}\nenum Kind {}\nconst LIMIT: u32 = 3;\nimpl Reader {\n    fn next(&self) {}\n}\n"
     assert defined_names(rust, "rust") == {"parse", "Reader", "Kind", "LIMIT", "next"}
     assert defined_names("int main() {}", "c") == frozenset()
