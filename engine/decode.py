@@ -312,6 +312,9 @@ def speculative_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids
     if max_new_tokens <= 0:
         return
     device = next(model.parameters()).device
+    # A standby source is asked only when nothing asked before it has a guess: the cheap sources
+    # first, then (in the engine's order) the corpus table before the heads.
+    drafters = sorted(drafters, key=lambda d: d.standby)
     hidden_last, logits = prompt_cache.prefill_hidden(model, input_ids)
     context = list(input_ids)
     produced = 0
@@ -331,9 +334,7 @@ def speculative_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids
         step_start = time.perf_counter()
         candidates, asked = [], {}  # source -> seconds its propose call took
         if controller.use_drafts():
-            # A standby source is asked only when nothing asked before it has a guess: the cheap
-            # sources first, then (in the engine's order) the corpus table before the heads.
-            for drafter in sorted(drafters, key=lambda d: d.standby):
+            for drafter in drafters:
                 if (not drafter.standby or not candidates) and controller.allows(drafter.name):
                     started = time.perf_counter()
                     candidates.extend(drafter.propose(state))

@@ -90,6 +90,11 @@ def _resolve(model: str | None) -> tuple[str, bool]:
     return model, False
 
 
+def _offline(local: bool) -> bool:
+    """Whether to stay off the Hugging Face hub: a local folder, or HF_HUB_OFFLINE=1."""
+    return local or os.environ.get("HF_HUB_OFFLINE") == "1"
+
+
 def load_tokenizer(model: str | None = None):
     """Only the tokenizer of a model (the embedded one by default): for tools that count or
     tabulate tokens and need no weights."""
@@ -97,7 +102,7 @@ def load_tokenizer(model: str | None = None):
 
     source, local = _resolve(model)
     try:
-        return AutoTokenizer.from_pretrained(source, local_files_only=local or os.environ.get("HF_HUB_OFFLINE") == "1")
+        return AutoTokenizer.from_pretrained(source, local_files_only=_offline(local))
     except (OSError, ValueError, json.JSONDecodeError, KeyError) as exc:
         raise ModelLoadError(f"the tokenizer of {source!r} could not be loaded ({exc}); point --model at a "
                              "folder written by save_pretrained, or a model in the Hugging Face cache") from exc
@@ -109,7 +114,7 @@ def _load_pretrained(source: str, local: bool, dtype: torch.dtype):
 
     hf_logging.disable_progress_bar()  # progress bars would land in an editor's log
 
-    offline = local or os.environ.get("HF_HUB_OFFLINE") == "1"
+    offline = _offline(local)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=offline)

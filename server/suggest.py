@@ -232,12 +232,13 @@ class Suggester:
 
     def build_context(self, engine, doc: Document, cursor: int, settings: Settings,
                       others: list[Document] | None = None) -> PackedContext:
-        """The compressed context at `cursor`: regions of `doc` and of the other open documents
-        (`others`, else `open_documents()`) packed into settings.context_budget model tokens."""
+        """The compressed context at `cursor`: regions of `doc`, of the other open documents
+        (`others`, else `open_documents()`) and of the workspace files that define names used near
+        the cursor, packed into settings.context_budget model tokens."""
         try:
             if others is None:
                 others = self.open_documents() if self.open_documents is not None else []
-                others = others + self.workspace_documents(doc, cursor, others)
+            others = others + self.workspace_documents(doc, cursor, others)
             return self.compressor.build(doc, cursor, settings.context_budget, settings.suffix_share,
                                          engine.count_tokens, others)
         except Exception:  # noqa: BLE001 - a compressor bug must not cost the user the completion

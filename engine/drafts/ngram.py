@@ -122,11 +122,13 @@ class NgramTable:
         following = tokens[1:] if following is None else np.asarray(following, dtype=np.int64)
         orders: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         full: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # unpruned keys -> best next, for pruning
+        windows: dict[int, np.ndarray] = {}  # n -> hash of the n tokens starting at each position
         for n in range(1, max_order + 1):
             ends = np.arange(n - 1, len(tokens) - 1)  # last position of each context that has a next token
             if len(ends) == 0:
                 break
-            keys = _hash_windows(tokens, n)[: len(ends)]
+            windows[n] = _hash_windows(tokens, n)
+            keys = windows[n][: len(ends)]
             nexts = following[ends]
             order = np.lexsort((nexts, keys))
             keys, nexts, ends = keys[order], nexts[order], ends[order]
@@ -144,7 +146,7 @@ class NgramTable:
             full[n] = (key[keep], best[keep])
             if n > 1 and len(full[n - 1][0]):  # the same guess as the shorter tail: not worth storing
                 lower_keys, lower_best = full[n - 1]
-                shorter = _hash_windows(tokens, n - 1)[end - n + 2]
+                shorter = windows[n - 1][end - n + 2]
                 j = np.minimum(np.searchsorted(lower_keys, shorter), len(lower_keys) - 1)
                 keep &= ~((lower_keys[j] == shorter) & (lower_best[j] == best))
             orders[n] = (key[keep], best[keep].astype(np.int32),
@@ -180,9 +182,10 @@ class TableDrafter:
         self.table = table
         self.max_len = max_len
         self.min_joint = min_joint  # the first guess is always drafted: one row costs next to nothing
+        self.context_tokens = max(table.orders, default=1)  # the longest context the table knows
 
     def propose(self, state: DraftState) -> list[Candidate]:
-        context = state.context[-max(self.table.orders, default=1):]
+        context = state.context[-self.context_tokens:]
         chain: list[int] = []
         joint = 1.0
         while len(chain) < min(self.max_len, state.max_len):

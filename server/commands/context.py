@@ -44,7 +44,6 @@ def run(args: argparse.Namespace) -> int:
             return 2
         suggester.workspace = WorkspaceIndex(Path(args.workspace))
         suggester.workspace.scan()
-        others += suggester.workspace_documents(doc, cursor, others)
     packed = suggester.build_context(engine, doc, cursor, settings, others=others)
     if args.json:
         print(json.dumps(packed.to_json()))

@@ -21,7 +21,8 @@ left truncation at the same token budget, on real source files.
 
 The cursor's line is removed from the file first (the user is writing it), so neither context can
 contain it. Up to 6 files of the same package count as open in the editor, and the corpus folder as
-the workspace, whose unopened files may give definitions too (as in the server). Without a model (--no-model) tokens are counted by a word/punctuation proxy.
+the workspace, whose unopened files may give definitions too (as in the server). Without a model
+(--no-model) tokens are counted by a word/punctuation proxy.
 """
 
 from __future__ import annotations
@@ -233,20 +234,9 @@ def _recall_and_match(files, args, count_tokens, engine, rng) -> dict:
                     sums[1] += tokens
                 matches[name] += hit
                 matches_long[name] += hit and long_file
-    out = {"positions": len(positions), "far_identifiers": total,
-           "recall_compressed": round(found["compressed"] / total, 4) if total else None,
-           "recall_truncated": round(found["truncated"] / total, 4) if total else None}
-    out["recall_ratio"] = round(found["compressed"] / found["truncated"], 3) if found["truncated"] else None
-    out.update({"far_only_identifiers": total_far,
-                "far_only_recall_compressed": round(found_far["compressed"] / total_far, 4) if total_far else None,
-                "far_only_recall_truncated": round(found_far["truncated"] / total_far, 4) if total_far else None})
-    out["far_only_recall_ratio"] = round(found_far["compressed"] / found_far["truncated"], 3) \
-        if found_far["truncated"] else None
-    out.update({"origin_identifiers": total_origin,
-                "origin_recall_compressed": round(found_origin["compressed"] / total_origin, 4) if total_origin else None,
-                "origin_recall_truncated": round(found_origin["truncated"] / total_origin, 4) if total_origin else None})
-    out["origin_recall_ratio"] = round(found_origin["compressed"] / found_origin["truncated"], 3) \
-        if found_origin["truncated"] else None
+    out = {"positions": len(positions), "far_identifiers": total, **_recall("", found, total),
+           "far_only_identifiers": total_far, **_recall("far_only_", found_far, total_far),
+           "origin_identifiers": total_origin, **_recall("origin_", found_origin, total_origin)}
     if em_done:
         out.update({"em_positions": em_done, "exact_match_compressed": round(matches["compressed"] / em_done, 4),
                     "exact_match_truncated": round(matches["truncated"] / em_done, 4)})
@@ -259,6 +249,13 @@ def _recall_and_match(files, args, count_tokens, engine, rng) -> dict:
         for name in ("compressed", "truncated"):
             sums = loss_long[name]
             out[f"line_loss_long_{name}"] = round(sums[0] / sums[1], 4) if sums[1] else None
+    return out
+
+
+def _recall(prefix: str, found: dict[str, int], total: int) -> dict:
+    """`{prefix}recall_compressed` / `_truncated` (shares of `total`) and their ratio."""
+    out = {f"{prefix}recall_{name}": round(found[name] / total, 4) if total else None for name in found}
+    out[f"{prefix}recall_ratio"] = round(found["compressed"] / found["truncated"], 3) if found["truncated"] else None
     return out
 
 

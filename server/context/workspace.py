@@ -47,6 +47,11 @@ DEFINITION = {
 }
 
 
+def _skipped(folder: str) -> bool:
+    """Vendored, generated and tool folders, and hidden ones."""
+    return folder in SKIP_DIRS or folder.startswith(".")
+
+
 def path_key(path) -> str:
     """One spelling per file (symlinks resolved), whether it comes from a scan, a URI or an event."""
     return os.path.realpath(path)
@@ -97,7 +102,7 @@ class WorkspaceIndex:
         deadline = time.monotonic() + self.max_seconds
         try:
             for dirpath, dirnames, filenames in os.walk(self.root):
-                dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+                dirnames[:] = sorted(d for d in dirnames if not _skipped(d))
                 if time.monotonic() > deadline:
                     log.info("workspace index: stopped after %.0f s under %s", self.max_seconds, self.root)
                     return
@@ -146,8 +151,7 @@ class WorkspaceIndex:
         except ValueError:
             return False
         folders = relative.parts[:-1]
-        return (path.suffix in self.language_of
-                and not any(part in SKIP_DIRS or part.startswith(".") for part in folders))
+        return path.suffix in self.language_of and not any(_skipped(part) for part in folders)
 
     def _forget(self, key: str) -> None:
         old = self._files.pop(key, None)
@@ -214,7 +218,7 @@ class WorkspaceIndex:
                 mtime = path.stat().st_mtime_ns
                 doc = self._documents.get((key, mtime))
                 if doc is None:
-                    doc = Document(path.resolve().as_uri(), path.read_text(encoding="utf-8"), self._files[key][0])
+                    doc = Document(path.as_uri(), path.read_text(encoding="utf-8"), self._files[key][0])
                     self._documents.put((key, mtime), doc)
             except (OSError, UnicodeDecodeError, KeyError):
                 continue  # deleted or changed under us: the next scan of it settles it
