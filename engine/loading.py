@@ -139,6 +139,7 @@ class Engine:
         self.tokenizer = tokenizer
         self.device = device
         self.name = name
+        self.model_dir = model_dir  # the local folder it came from (None for a hub id)
         self.vocab: dict[str, int] = tokenizer.get_vocab()
         self.fim: FimTemplate = detect_template(self.vocab)
         self.fim_order = read_model_options(model_dir).get("fim_order", "psm") if self.fim.has_fim else "psm"

@@ -23,6 +23,8 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("train", "heads"): ("memosight.engine.train.run_heads", "train the draft heads of a model (base frozen)"),
     ("train", "ngrams"): ("memosight.engine.train.run_ngrams", "count the corpus n-gram table that drafts "
                                                                "where the prompt has no match"),
+    ("train", "context"): ("memosight.server.commands.train_context", "fine-tune a model on prompts in the "
+                                                                      "context compressor's format"),
 }
 
 
