@@ -11,6 +11,11 @@ truncated), the text the user writes next as the target, and trains the model to
 The same corpus split as `memosight train model` keeps held-out files out; their middle loss is
 measured before and after. The result is a complete model folder (the base's draft heads and n-gram
 table are copied: still lossless, but retrain them for this model with `train heads` / `train ngrams`).
+
+Measured on the embedded model (600 steps, 48 min on 2 CPU threads): held-out middle loss 4.09 -> 3.67
+nats/token and plain held-out loss 3.446 -> 3.424, yet fewer characters accepted in `bench replay`
+(251 against 286 over 14 functions): it suggests more often and is right less often. So the shipped
+model is not fine-tuned this way; try it on a bigger model, and check `bench replay` before shipping.
 """
 
 from __future__ import annotations
