@@ -15,6 +15,12 @@ LINE_END = re.compile(r"\r\n|\r|\n")
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024  # larger files are kept but get no completions
 
 
+def file_path(uri: str) -> str | None:
+    """The path of a file:// URI; None for any other scheme (untitled:, vscode-notebook-cell:, ...)."""
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme == "file" else None
+
+
 @dataclass(frozen=True)
 class Position:
     line: int
@@ -100,8 +106,7 @@ class Document:
     @property
     def path(self) -> str:
         """The file path for file:// URIs, else the URI itself."""
-        parsed = urlparse(self.uri)
-        return unquote(parsed.path) if parsed.scheme == "file" else self.uri
+        return file_path(self.uri) or self.uri
 
     # --- positions ------------------------------------------------------------------------------
 

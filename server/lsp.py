@@ -6,7 +6,6 @@ import dataclasses
 import logging
 import os
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
@@ -15,7 +14,7 @@ from pygls.lsp.server import LanguageServer
 from . import __version__
 from .config import ConfigError, ConfigSources, Settings, validate
 from .context.workspace import WorkspaceIndex
-from .documents import Document, DocumentStore, Position
+from .documents import Document, DocumentStore, Position, file_path
 from .suggest import Suggester, Suggestion
 
 log = logging.getLogger(__name__)
@@ -64,11 +63,9 @@ class MemoSightServer(LanguageServer):
     def reindex(self, uri: str) -> None:
         """A workspace file changed on disk (saved, closed, or seen by the client's watcher)."""
         index = self.suggester.workspace
-        parsed = urlparse(uri)
-        if index is not None and parsed.scheme == "file":
-            path = Path(unquote(parsed.path))
-            if index.covers(path):
-                index.update(path)  # removes it from the index when it is gone
+        path = file_path(uri)
+        if index is not None and path is not None and index.covers(Path(path)):
+            index.update(Path(path))  # removes it from the index when it is gone
 
     def document(self, uri: str) -> Document:
         doc = self.documents.get(uri)
@@ -87,8 +84,8 @@ def _root_path(params: types.InitializeParams) -> Path | None:
     elif params.root_uri:
         uri = params.root_uri
     if uri:
-        parsed = urlparse(uri)
-        return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
+        path = file_path(uri)
+        return Path(path) if path is not None else None
     return Path(params.root_path) if params.root_path else None
 
 

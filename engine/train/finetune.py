@@ -151,3 +151,84 @@ def load_state(path: Path, model, optimizer) -> tuple[FinetuneConfig, FinetuneSt
     model.load_state_dict(payload["model"])
     optimizer.load_state_dict(payload["optimizer"])
     return FinetuneConfig(**payload["config"]), FinetuneState(**payload["state"])
+
+
+# ----------------------------------------------------------------------------- a whole run
+COPIED_FILES = ("memosight.json", "draft_heads.safetensors", "draft_heads.json", "draft_ngrams.npz")
+Examples = list[tuple[str, str, str]]  # (prefix, suffix, middle)
+
+
+def run_finetune(model: str | None, out: Path, cfg: FinetuneConfig,
+                 make_examples: Callable[[Callable[[str], int]], tuple[Examples, Examples]], *,
+                 device: str | None = None, threads: int = 0, checkpoint_every: int = 100, resume: bool = False,
+                 save_to: Path | None = None, command: str = "", log: Callable[[str], None] = print) -> dict:
+    """Fine-tune `model` (None: the embedded one) on the (training, held-out) examples that
+    `make_examples(count_tokens)` returns, checkpointing in `out` (resumable), and save a complete
+    model folder to `save_to` (default out/model). Returns the report; raises ModelLoadError or
+    ValueError with a message for the user."""
+    import json
+    import shutil
+
+    from tqdm import tqdm
+
+    from ..loading import load_engine
+    from .model import export_model
+
+    if resume and not (out / "finetune_state.pt").is_file():
+        raise ValueError(f"nothing to resume in {out} (no finetune_state.pt); run without --resume")
+    engine = load_engine(model, device=device, dtype="float32")
+    torch.set_num_threads(threads or torch.get_num_threads())
+    out.mkdir(parents=True, exist_ok=True)
+    examples_file = out / "examples.pt"
+    if examples_file.is_file():  # a resumed run trains on exactly the same examples
+        saved = torch.load(examples_file, weights_only=False)
+        train_rows, eval_rows = saved["train"], saved["eval"]
+    else:
+        train, held_out = make_examples(engine.count_tokens)
+        encode = lambda examples: [encode_example(engine, *e, cfg.max_middle_tokens) for e in examples]  # noqa: E731
+        train_rows, eval_rows = encode(train), encode(held_out)
+        torch.save({"train": train_rows, "eval": eval_rows}, examples_file)
+    log(f"{len(train_rows)} training examples, {len(eval_rows)} held-out")
+    if not train_rows:
+        raise ValueError("no training examples: give a corpus with longer source files")
+
+    pad_id = min(engine.eos_ids)
+    # A small corpus may hold no file out: the report then says None instead of a number.
+    held_out_loss = lambda: round(middle_loss(engine.model, eval_rows, pad_id), 4) if eval_rows else None  # noqa: E731
+    optimizer = make_optimizer(engine.model, cfg)
+    report_file = out / "finetune_report.json"
+    if resume:
+        saved_cfg, state = load_state(out, engine.model, optimizer)
+        cfg.seed = saved_cfg.seed  # the batch order must not change under a resumed run
+        report = json.loads(report_file.read_text())
+    else:
+        state = FinetuneState()
+        report = {"held_out_middle_loss_before": held_out_loss(), "train_examples": len(train_rows),
+                  "held_out_examples": len(eval_rows), "command": command}
+        report_file.write_text(json.dumps(report, indent=2) + "\n")
+    bar = tqdm(total=cfg.steps, initial=state.step, desc="train context", unit="step")
+
+    def on_step(state: FinetuneState, loss: float) -> None:
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.3f}", middle=state.history[-1]["middle_loss"])
+        if state.step % checkpoint_every == 0 or state.step == cfg.steps:
+            save_state(out, engine.model, optimizer, cfg, state)
+
+    finetune(engine.model, train_rows, pad_id, cfg, state, optimizer, on_step)
+    bar.close()
+    report.update({"held_out_middle_loss_after": held_out_loss(), "steps": state.step,
+                   "train_minutes": round(state.seconds / 60, 1), **asdict(cfg)})
+    report_file.write_text(json.dumps(report, indent=2) + "\n")
+
+    save_to = save_to or out / "model"
+    card = (f"# {engine.name}, fine-tuned on packed contexts\n\n`{command}`\n\n"
+            f"Held-out middle loss: {report['held_out_middle_loss_before']} -> "
+            f"{report['held_out_middle_loss_after']} nats/token.\n")
+    export_model(engine.model, engine.tokenizer, save_to, card, report)
+    base = Path(engine.model_dir) if engine.model_dir else None
+    for name in COPIED_FILES:  # the prompt options, and draft files that still decode losslessly
+        if base and (base / name).is_file() and base.resolve() != save_to.resolve():
+            shutil.copy(base / name, save_to / name)
+            (save_to / name).chmod(0o644)
+    report["saved_to"] = str(save_to)
+    return report

@@ -21,14 +21,12 @@ model is not fine-tuned this way; try it on a bigger model, and check `bench rep
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
+import itertools
 import sys
 import time
 from pathlib import Path
 
 DEFAULT_CORPUS = ("stdlib", "site")
-COPIED_FILES = ("memosight.json", "draft_heads.safetensors", "draft_heads.json", "draft_ngrams.npz")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,83 +54,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-    from tqdm import tqdm
+    from memosight.engine.loading import ModelLoadError
+    from memosight.engine.train.finetune import FinetuneConfig, run_finetune
 
-    from memosight.engine.loading import ModelLoadError, load_engine
-    from memosight.engine.train import finetune as F
-
-    out = Path(args.out)
-    if args.resume and not (out / "finetune_state.pt").is_file():
-        print(f"memosight: nothing to resume in {out} (no finetune_state.pt); run without --resume", file=sys.stderr)
-        return 2
+    cfg = FinetuneConfig(steps=args.steps, batch=args.batch, lr=args.lr, warmup=args.warmup,
+                         prompt_weight=args.prompt_weight, seed=args.seed)
     try:
-        engine = load_engine(args.model, device=args.device, dtype="float32")
-    except ModelLoadError as exc:
+        report = run_finetune(args.model, Path(args.out), cfg, lambda count_tokens: _examples(count_tokens, args),
+                              device=args.device, threads=args.threads, checkpoint_every=args.checkpoint_every,
+                              resume=args.resume, save_to=Path(args.save_to) if args.save_to else None,
+                              command=" ".join(sys.argv), log=lambda message: print(message, file=sys.stderr))
+    except (ModelLoadError, ValueError) as exc:
         print(f"memosight: {exc}", file=sys.stderr)
         return 2
-    torch.set_num_threads(args.threads or torch.get_num_threads())
-    out.mkdir(parents=True, exist_ok=True)
-    examples_file = out / "examples.pt"
-    if examples_file.is_file():  # a resumed run trains on exactly the same examples
-        saved = torch.load(examples_file, weights_only=False)
-        train_rows, eval_rows = saved["train"], saved["eval"]
-    else:
-        try:
-            train_rows, eval_rows = _build_rows(engine, args)
-        except ValueError as exc:
-            print(f"memosight: {exc}", file=sys.stderr)
-            return 2
-        torch.save({"train": train_rows, "eval": eval_rows}, examples_file)
-    print(f"{len(train_rows)} training examples, {len(eval_rows)} held-out", file=sys.stderr)
-
-    pad_id = min(engine.eos_ids)
-    cfg = F.FinetuneConfig(steps=args.steps, batch=args.batch, lr=args.lr, warmup=args.warmup,
-                           prompt_weight=args.prompt_weight, seed=args.seed)
-    model = engine.model
-    optimizer = F.make_optimizer(model, cfg)
-    report_file = out / "finetune_report.json"
-    if args.resume:
-        saved_cfg, state = F.load_state(out, model, optimizer)
-        cfg.seed = saved_cfg.seed  # the batch order must not change under a resumed run
-        report = json.loads(report_file.read_text())
-    else:
-        state = F.FinetuneState()
-        report = {"held_out_middle_loss_before": _held_out(model, eval_rows, pad_id),
-                  "train_examples": len(train_rows), "held_out_examples": len(eval_rows),
-                  "command": " ".join(sys.argv)}
-        report_file.write_text(json.dumps(report, indent=2) + "\n")
-    bar = tqdm(total=cfg.steps, initial=state.step, desc="train context", unit="step", file=sys.stderr)
-
-    def on_step(state: F.FinetuneState, loss: float) -> None:
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss:.3f}", middle=state.history[-1]["middle_loss"])
-        if state.step % args.checkpoint_every == 0 or state.step == cfg.steps:
-            F.save_state(out, model, optimizer, cfg, state)
-
-    F.finetune(model, train_rows, pad_id, cfg, state, optimizer, on_step)
-    bar.close()
-    report.update({"held_out_middle_loss_after": _held_out(model, eval_rows, pad_id),
-                   "steps": state.step, "train_minutes": round(state.seconds / 60, 1), **vars(cfg)})
-    report_file.write_text(json.dumps(report, indent=2) + "\n")
-    save_to = Path(args.save_to) if args.save_to else out / "model"
-    _export(engine, save_to)
     print(f"held-out middle loss {report['held_out_middle_loss_before']} -> {report['held_out_middle_loss_after']} "
-          f"nats/token; model saved to {save_to}")
+          f"nats/token; model saved to {report['saved_to']}")
     return 0
 
 
-def _held_out(model, rows, pad_id) -> float | None:
-    from memosight.engine.train.finetune import middle_loss
-
-    return round(middle_loss(model, rows, pad_id), 4) if rows else None  # a small corpus may hold none out
-
-
-def _build_rows(engine, args) -> tuple[list, list]:
+def _examples(count_tokens, args) -> tuple[list, list]:
+    """(training, held-out) lists of (prefix, suffix, middle), packed by the server's compressor."""
     import random
 
     from memosight.engine.train.corpus import build_corpus, resolve_sources
-    from memosight.engine.train.finetune import encode_example
 
     from ..context.examples import context_examples
 
@@ -143,19 +87,14 @@ def _build_rows(engine, args) -> tuple[list, list]:
     train_files = rng.sample(corpus.train, min(args.max_files, len(corpus.train)))
     start = time.perf_counter()
 
-    def rows(files, per_file, limit=None):
-        found = []
-        for example in context_examples(_documents(files), engine.count_tokens, rng, per_file=per_file,
-                                        truncated_share=args.truncated_share):
-            found.append(encode_example(engine, example.prefix, example.suffix, example.middle))
-            if limit and len(found) >= limit:
-                break
-        return found
+    def build(files, per_file: int, limit: int | None = None) -> list:
+        examples = context_examples(_documents(files), count_tokens, rng, per_file=per_file,
+                                    truncated_share=args.truncated_share)
+        return [(e.prefix, e.suffix, e.middle) for e in itertools.islice(examples, limit)]
 
-    train_rows = rows(train_files, args.per_file)
-    eval_rows = rows(corpus.validation, 4, args.eval_examples)
+    train, held_out = build(train_files, args.per_file), build(corpus.validation, 4, args.eval_examples)
     print(f"examples built in {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    return train_rows, eval_rows
+    return train, held_out
 
 
 def _documents(files) -> list:
@@ -168,18 +107,3 @@ def _documents(files) -> list:
         if language:
             docs.append(Document("file:///corpus/" + f.path, f.text, language))
     return docs
-
-
-def _export(engine, save_to: Path) -> None:
-    import torch
-
-    save_to.mkdir(parents=True, exist_ok=True)
-    engine.model.to(torch.bfloat16).save_pretrained(str(save_to))  # the size the embedded model ships at
-    engine.model.to(torch.float32)
-    engine.tokenizer.save_pretrained(str(save_to))
-    base = Path(engine.model_dir) if engine.model_dir else None
-    for name in COPIED_FILES:
-        if base and (base / name).is_file() and base.resolve() != save_to.resolve():
-            shutil.copy(base / name, save_to / name)
-    for path in save_to.iterdir():
-        path.chmod(0o644)  # save_pretrained writes the weights 0600; package data must be readable
