@@ -1,32 +1,39 @@
 """memosight.engine: model loading, decoding and training. Never imports LSP types or tree-sitter.
 
-torch is imported lazily so that `from memosight.engine import CompletionRequest` stays cheap.
+torch is imported lazily, so that the server can import the protocol (and `load_engine`) cheaply.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .request import Completion, CompletionRequest, StopRule
+from .protocol import (Completion, CompletionRequest, Engine, EngineError, EngineSettings, RequestOptions,
+                       StopRule, Stream)
 
 if TYPE_CHECKING:
-    from .loading import Engine, ModelLoadError
+    from .loading import ModelLoadError
+    from .local import LocalEngine
 
 
-def load_engine(model: str | None = None, device: str | None = None, dtype: str | None = None) -> "Engine":
-    """Load a causal LM and its tokenizer. model=None is the embedded default model;
-    device=None picks CUDA when available, else the CPU."""
+def load_engine(model: str | None = None, device: str | None = None, dtype: str | None = None) -> "LocalEngine":
+    """Load a causal LM and its tokenizer into the in-process engine. model=None is the embedded
+    default model; device=None picks CUDA when available, else the CPU."""
     from .loading import load_engine as _load
 
     return _load(model=model, device=device, dtype=dtype)
 
 
 def __getattr__(name: str):
-    if name in ("Engine", "ModelLoadError"):
-        from . import loading
+    if name == "ModelLoadError":
+        from .loading import ModelLoadError
 
-        return getattr(loading, name)
+        return ModelLoadError
+    if name == "LocalEngine":
+        from .local import LocalEngine
+
+        return LocalEngine
     raise AttributeError(name)
 
 
-__all__ = ["load_engine", "Engine", "ModelLoadError", "CompletionRequest", "Completion", "StopRule"]
+__all__ = ["load_engine", "Engine", "LocalEngine", "EngineError", "ModelLoadError", "EngineSettings",
+           "CompletionRequest", "RequestOptions", "Completion", "StopRule", "Stream"]

@@ -1,12 +1,15 @@
-"""The one wrapper over the transformers cache API.
+"""KV caches: the one wrapper over the transformers cache API, the prompt cache reused from
+keystroke to keystroke, and the prefix tree of earlier prompts' blocks.
 
 transformers 5.x renamed `past_key_values` to `cache` (argument and output) and dropped
-`cache_position`; `Cache.crop` takes a negative count. Everything that touches a KV cache goes
-through this module so the next rename is a one-line change.
+`cache_position`; `Cache.crop` takes a negative count. The engine's code (decoding, benchmarks,
+training evaluation) reaches the cache API through this module only, so the next rename is a
+one-line change here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 
@@ -233,6 +236,10 @@ class PrefixTree:
             self.blocks[key] = block
             self.bytes += sum(k.numel() * k.element_size() * 2 for k, _ in block)
         self._touch(keys)
+        self.evict()
+
+    def evict(self) -> None:
+        """Drop the least recently used blocks until the tree fits in max_bytes."""
         while self.bytes > self.max_bytes and self.blocks:
             _, block = self.blocks.popitem(last=False)
             self.bytes -= sum(k.numel() * k.element_size() * 2 for k, _ in block)
@@ -246,3 +253,92 @@ class PrefixTree:
     def stats(self) -> dict:
         return {"blocks": len(self.blocks), "bytes": self.bytes, "max_bytes": self.max_bytes,
                 "block_tokens": self.block_tokens, "hit_tokens": self.hit_tokens, "lookups": self.lookups}
+
+
+class PromptCache:
+    """The KV cache of the last prompt, reused when the next prompt starts with the same tokens.
+
+    Consecutive keystrokes share most of their prompt, so only the changed tail is prefilled.
+    """
+
+    def __init__(self, prefix_tree: PrefixTree | None = None) -> None:
+        self.tokens: list[int] = []
+        self.cache = None
+        self.prompt_tokens = 0
+        self.reused_tokens = 0
+        self.prefix_tree = prefix_tree  # earlier prompts' blocks, for prompts that do not extend the last one
+        self.reuse = True  # off for models whose cache cannot be cropped (sliding-window attention)
+        self.prefill_threads = None  # threads.PrefillThreads on a multi-core CPU
+
+    def _reuse(self, model, input_ids: list[int]) -> int:
+        """Bring the cache to the longest reusable prefix of `input_ids`; returns its length."""
+        keep = min(common_prefix_length(self.tokens, input_ids), len(input_ids) - 1)
+        if self.cache is None:
+            keep = 0
+        if not self.reuse:
+            self.cache = new_cache(model)
+            return 0
+        if self.prefix_tree is not None:
+            block = self.prefix_tree.block_tokens
+            from_tree = min(self.prefix_tree.longest_prefix(input_ids), len(input_ids) - 1) // block * block
+            if from_tree > keep:
+                self.cache = self.prefix_tree.build_cache(model, input_ids, from_tree)
+                return from_tree
+        if keep <= 0:
+            self.cache = new_cache(model)
+            return 0
+        crop(self.cache, keep)
+        return keep
+
+    def remember(self) -> None:
+        """Store the current prompt's blocks in the prefix tree (after a request)."""
+        if self.prefix_tree is not None and self.cache is not None:
+            self.prefix_tree.store(self.tokens, self.cache)
+
+    def prefill_hidden(self, model, input_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Bring the cache to exactly `input_ids`; the last hidden state and the logits after it.
+
+        Only the tail past the reusable prefix runs; the last token always does, for its logits."""
+        keep = self._reuse(model, input_ids)
+        self.tokens = list(input_ids[:keep])  # what the cache holds, should the forward fail
+        device = next(model.parameters()).device
+        tail = input_ids[keep:]
+        with self.prefill_threads.for_prefill(len(tail)) if self.prefill_threads else contextlib.nullcontext():
+            hidden = forward_hidden(model, torch.tensor([tail], device=device), self.cache)
+        self.tokens = list(input_ids)
+        self.prompt_tokens += len(input_ids)
+        self.reused_tokens += keep
+        last = hidden[0, -1]
+        return last, model.get_output_embeddings()(last)
+
+    def append(self, model, token: int) -> torch.Tensor:
+        """Run one more token; the logits after it."""
+        device = next(model.parameters()).device
+        hidden = forward_hidden(model, torch.tensor([[token]], device=device), self.cache)
+        self.tokens.append(token)
+        return model.get_output_embeddings()(hidden[0, -1])
+
+    def set_max_bytes(self, max_bytes: int) -> None:
+        """The memory bound of the prefix tree; evicts down to it at once."""
+        if self.prefix_tree is not None and self.prefix_tree.max_bytes != max_bytes:
+            self.prefix_tree.max_bytes = max_bytes
+            self.prefix_tree.evict()
+
+    def clear(self) -> None:
+        """Forget the last prompt (the prefix tree keeps its blocks)."""
+        self.tokens, self.cache = [], None
+
+    def forget_all(self) -> None:
+        """Forget the last prompt and every stored block (cold-start measurements)."""
+        self.clear()
+        if self.prefix_tree is not None:
+            self.prefix_tree = PrefixTree(self.prefix_tree.block_tokens, self.prefix_tree.max_bytes)
+
+    def to_json(self) -> dict:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "reused_tokens": self.reused_tokens,
+            "hit_rate": round(self.reused_tokens / self.prompt_tokens, 4) if self.prompt_tokens else 0.0,
+            "prefix_tree": self.prefix_tree.stats() if self.prefix_tree is not None else None,
+            "prefill_threads": self.prefill_threads.to_json() if self.prefill_threads is not None else None,
+        }

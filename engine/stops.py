@@ -1,13 +1,17 @@
-"""Stop rules on the generated text: where a completion ends besides EOS and the token limit.
+"""Stop rules on the generated text, and the streaming of text pieces that applies them.
 
-Pure text functions, so the server's post-processing and the engine agree on one definition.
+Where a completion ends besides EOS and the token limit: the server says which rules apply (a
+StopRule in the request); the engine applies them here, as tokens come, so that no piece it streams
+is later taken back. Pure text functions (no torch), shared by every engine.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from .request import StopRule
+from .protocol import StopRule
 
 OPENERS = {"(": ")", "[": "]", "{": "}"}
 CLOSERS = {v: k for k, v in OPENERS.items()}
@@ -97,3 +101,63 @@ def held_back(text: str, rule: StopRule) -> int:
                 break
     trailing = len(text) - len(text.rstrip())  # trailing blanks and newlines are trimmed at the end
     return max(keep, trailing)
+
+
+# --- streaming -------------------------------------------------------------------------------------
+
+@dataclass
+class StreamState:
+    text: str = ""  # the completion so far, after stop rules
+    started: float = 0.0  # time.perf_counter() when the request started (for the time budget)
+    emitted: int = 0  # characters already streamed out
+    tokens: int = 0
+    stop_reason: str = "max_tokens"
+
+
+def complete_lines(text: str) -> str:
+    """`text` up to its last newline (the newline excluded): the lines already finished."""
+    return text[:text.rfind("\n")] if "\n" in text else ""
+
+
+def over_budget(text: str, stop: StopRule, started: float) -> bool:
+    """A multi-line completion past its time budget, with at least one complete line to show."""
+    if stop.single_line or stop.time_budget_ms <= 0 or not started:
+        return False
+    return bool(complete_lines(text).strip()) and (time.perf_counter() - started) * 1000 >= stop.time_budget_ms
+
+
+def stream_text(tokens: Iterable[int], decode: Callable[[list[int]], str], stop: StopRule, end_ids: set[int],
+                state: StreamState) -> Iterator[str]:
+    """Turn a token stream into text pieces, applying the stop rules.
+
+    `decode(ids)` maps token ids to text. Pieces never include text that a stop rule later cuts.
+    """
+    generated: list[int] = []
+    for token in tokens:
+        state.tokens += 1
+        if token in end_ids:
+            state.stop_reason = "eos"
+            break
+        generated.append(token)
+        raw = decode(generated)
+        if raw.endswith("\ufffd"):  # half of a multi-byte character: wait for the rest
+            continue
+        cut = apply_stop_rule(raw, stop)
+        state.text = cut.text
+        if cut.reason is not None:
+            state.stop_reason = cut.reason
+            break
+        if over_budget(cut.text, stop, state.started):
+            state.text = complete_lines(cut.text)
+            state.stop_reason = "time_budget"
+            break
+        safe = len(cut.text) - held_back(cut.text, stop)
+        if safe > state.emitted:
+            yield cut.text[state.emitted:safe]
+            state.emitted = safe
+    else:
+        if generated:
+            state.text = apply_stop_rule(decode(generated).rstrip("\ufffd"), stop).text
+    if len(state.text) > state.emitted:
+        yield state.text[state.emitted:]
+        state.emitted = len(state.text)

@@ -17,8 +17,11 @@ import torch
 @dataclass
 class Candidate:
     tokens: list[int]  # a guessed continuation after the root token
-    source: str  # "heads", "ngram", "lookahead"
+    source: str  # "heads", "ngram", "lookahead", "table"
     score: float = 1.0  # higher first when the tree is full
+    # A hint is not for this step's tree but for the sources that learn from what others proposed:
+    # the heads' confident guesses, which the lookahead cache keeps for later steps.
+    hint: bool = False
 
 
 @dataclass
@@ -49,6 +52,8 @@ def build_tree(root: int, candidates: list[Candidate], max_nodes: int, max_depth
     tree = DraftTree()
     tree.add(root, -1, "greedy")
     for cand in sorted(candidates, key=lambda c: -c.score):
+        if cand.hint:
+            continue
         node = 0
         for token in cand.tokens[:max_depth]:
             child = tree.children[node].get(token)

@@ -1,7 +1,8 @@
 """The `memosight` command: complete, context, bench, train. The composition root of the project.
 
-Each subcommand module exposes `add_arguments(parser)` and `run(args) -> int`; heavy imports
-(torch, transformers) happen inside `run`, so `memosight --help` is instant.
+Every tool is one module of memosight.server.commands following one pattern (see commands/common.py):
+`add_arguments(parser)` and `run(args) -> int`, heavy imports inside `run`, so `memosight --help` is
+instant.
 """
 
 from __future__ import annotations
@@ -10,21 +11,19 @@ import argparse
 import importlib
 import sys
 
-# subcommand path -> (module implementing add_arguments/run, one-line help)
+# subcommand path -> (module of memosight.server.commands implementing add_arguments/run, one-line help)
 COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
-    ("complete",): ("memosight.server.commands.complete", "complete at FILE:LINE:COL and print the suggestion"),
-    ("context",): ("memosight.server.commands.context", "show the packed context for FILE:LINE:COL"),
-    ("bench", "context"): ("memosight.server.context.bench", "context compression vs truncation: recall, "
-                                                             "exact match, needle, stability, build time"),
-    ("bench", "quality"): ("memosight.engine.bench.quality", "held-out loss, next-token accuracy, next-line exact match"),
-    ("bench", "speculative"): ("memosight.engine.bench.speculative", "speculative decoding vs greedy, side by side"),
-    ("bench", "replay"): ("memosight.server.commands.bench_replay", "type real files back through memosight-lsp"),
-    ("train", "model"): ("memosight.engine.train.run_model", "train the base code model (FIM objective)"),
-    ("train", "heads"): ("memosight.engine.train.run_heads", "train the draft heads of a model (base frozen)"),
-    ("train", "ngrams"): ("memosight.engine.train.run_ngrams", "count the corpus n-gram table that drafts "
-                                                               "where the prompt has no match"),
-    ("train", "context"): ("memosight.server.commands.train_context", "fine-tune a model on prompts in the "
-                                                                      "context compressor's format"),
+    ("complete",): ("complete", "complete at FILE:LINE:COL and print the suggestion"),
+    ("context",): ("context", "show the packed context for FILE:LINE:COL"),
+    ("bench", "context"): ("bench_context", "context compression vs truncation: recall, exact match, needle, "
+                                            "stability, build time"),
+    ("bench", "quality"): ("bench_quality", "held-out loss, next-token accuracy, next-line exact match"),
+    ("bench", "speculative"): ("bench_speculative", "speculative decoding vs greedy, side by side"),
+    ("bench", "replay"): ("bench_replay", "type real files back through memosight-lsp"),
+    ("train", "model"): ("train_model", "train the base code model (FIM objective)"),
+    ("train", "heads"): ("train_heads", "train the draft heads of a model (base frozen)"),
+    ("train", "ngrams"): ("train_ngrams", "count the corpus n-gram table that drafts where the prompt has no match"),
+    ("train", "context"): ("train_context", "fine-tune a model on prompts in the context compressor's format"),
 }
 
 
@@ -49,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(module: str):
-    return importlib.import_module(module)
+    return importlib.import_module(f"memosight.server.commands.{module}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,8 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "_broken", None):
         print(f"memosight: {args._broken}", file=sys.stderr)
         return 2
+    from memosight.engine.protocol import EngineError
+
+    from .commands.common import CommandError
+
     try:
         return int(_load(args._module).run(args) or 0)
+    except (CommandError, EngineError) as exc:  # the user can fix these: one line, no traceback
+        print(f"memosight: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

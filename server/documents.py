@@ -9,7 +9,8 @@ import threading
 from urllib.parse import unquote, urlparse
 from dataclasses import dataclass, field
 
-from .context.regions import LRU, content_hash
+from .caching import LRU, content_hash
+from .context.languages import GRAMMAR_FOR_LANGUAGE_ID, parser_for
 
 LINE_END = re.compile(r"\r\n|\r|\n")
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024  # larger files are kept but get no completions
@@ -182,8 +183,6 @@ class Document:
         applied to the old tree (tree.edit), and the parser reuses its unchanged parts."""
         with self._tree_lock:
             if self._tree is None or self._tree_stale:
-                from .context.languages import GRAMMAR_FOR_LANGUAGE_ID, parser_for
-
                 parser = parser_for(self.language)
                 if parser is None:
                     return self.text, None

@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
+
+from memosight.engine.protocol import Engine
 
 from . import __version__
 from .config import ConfigError, ConfigSources, Settings, validate
@@ -26,12 +29,12 @@ CONFIG_SECTION = "memosight"
 
 
 class MemoSightServer(LanguageServer):
-    def __init__(self, suggester: Suggester | None = None):
+    def __init__(self, load_engine: Callable[[Settings], Engine] | None = None):
         super().__init__("memosight", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.documents = DocumentStore()
         self.config = ConfigSources()
-        self.suggester = suggester or Suggester()
-        self.suggester.open_documents = self.documents.all  # other open files feed the context
+        self.workspace_index: WorkspaceIndex | None = None  # set up at initialize, once the root is known
+        self.suggester = Suggester(load_engine, open_documents=self.documents.all, workspace=lambda: self.workspace_index)
         self._reported: set[str] = set()  # messages already shown, so a bad file is reported once
 
     @property
@@ -62,7 +65,7 @@ class MemoSightServer(LanguageServer):
 
     def reindex(self, uri: str) -> None:
         """A workspace file changed on disk (saved, closed, or seen by the client's watcher)."""
-        index = self.suggester.workspace
+        index = self.workspace_index
         path = file_path(uri)
         if index is not None and path is not None and index.covers(Path(path)):
             index.update(Path(path))  # removes it from the index when it is gone
@@ -72,9 +75,6 @@ class MemoSightServer(LanguageServer):
         if doc is None:
             raise JsonRpcInvalidParams(f"document {uri} is not open: send textDocument/didOpen first")
         return doc
-
-
-server = None  # the instance created by create_server(); handlers receive it as `ls`
 
 
 def _root_path(params: types.InitializeParams) -> Path | None:
@@ -93,15 +93,17 @@ def _to_position(p: types.Position) -> Position:
     return Position(p.line, p.character)
 
 
-def create_server(suggester: Suggester | None = None) -> MemoSightServer:
-    ls = MemoSightServer(suggester)
+def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> MemoSightServer:
+    """The server, with its handlers. `load_engine` builds the engine from the settings (default:
+    the in-process engine; tests pass a test double)."""
+    ls = MemoSightServer(load_engine)
 
     @ls.feature(types.INITIALIZE)
     def initialize(ls: MemoSightServer, params: types.InitializeParams) -> None:
         ls.config.root = _root_path(params)
         if ls.config.root is not None and ls.config.root.is_dir():
-            ls.suggester.workspace = WorkspaceIndex(ls.config.root)
-            ls.suggester.workspace.start()  # in the background: completions do not wait for it
+            ls.workspace_index = WorkspaceIndex(ls.config.root)
+            ls.workspace_index.start()  # in the background: completions do not wait for it
         ls.report_config_errors(ls.config.reload_file())
         options = params.initialization_options
         if options is not None:
@@ -150,6 +152,7 @@ def create_server(suggester: Suggester | None = None) -> MemoSightServer:
     @ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: MemoSightServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.documents.close(params.text_document.uri)
+        ls.suggester.forget(params.text_document.uri)
         ls.reindex(params.text_document.uri)  # it may have been saved with new definitions
 
     @ls.feature(types.TEXT_DOCUMENT_DID_SAVE)
@@ -218,7 +221,7 @@ async def _watch_files(ls: MemoSightServer) -> None:
     register watchers dynamically are left alone: saves and closes still re-index a file."""
     caps = ls.client_capabilities.workspace
     watched = caps.did_change_watched_files if caps else None
-    index = ls.suggester.workspace
+    index = ls.workspace_index
     if index is None or not (watched and watched.dynamic_registration):
         return
     globs = sorted(f"**/*{suffix}" for suffix in index.language_of) + ["**/.memosight.toml", "**/pyproject.toml"]
@@ -263,24 +266,16 @@ async def _suggest(ls: MemoSightServer, uri: str, position: types.Position) -> t
         return None, doc
     cursor = doc.offset_at(_to_position(position))
     request_id = ls.protocol.msg_id
-    # Edits may arrive while this request waits; positions in the answer refer to this text.
-    seen = Document(doc.uri, doc.text, doc.language, doc.version)
 
     def on_partial(text: str) -> None:  # only for clients that asked for streaming (see wants_partials)
         ls.protocol.notify(PARTIAL_METHOD, {"id": request_id, "uri": uri, "position": {"line": position.line,
                                                                     "character": position.character},
                                            "text": text})
 
-    try:
-        suggestion = await ls.suggester.suggest(doc, cursor, settings, on_partial if wants_partials(ls) else None)
-    except Exception as exc:  # noqa: BLE001 - the server answers every request and stays up
-        ls.suggester.counters.errors += 1
-        ls.suggester.load_error = str(exc)
-        ls.report(f"MemoSight: {exc}", types.MessageType.Error)
-        return None, seen
-    while ls.suggester.messages:
-        ls.report(ls.suggester.messages.pop(0), types.MessageType.Error)
-    return suggestion, seen
+    answer = await ls.suggester.suggest(doc, cursor, settings, on_partial if wants_partials(ls) else None)
+    for message in answer.messages:
+        ls.report(message, types.MessageType.Error)
+    return answer.suggestion, answer.seen
 
 
 def wants_partials(ls: MemoSightServer) -> bool:

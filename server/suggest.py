@@ -1,6 +1,7 @@
-"""The request lifecycle: engine loading, supersede and cancel, completion mode, post-processing.
+"""The request lifecycle: engine loading, supersede and cancel, typing-through, streaming.
 
-Plain Python with no LSP types, so tests drive it directly; lsp.py only translates.
+Plain Python with no LSP types, so tests drive it directly; lsp.py only translates. It talks to
+the engine only through the engine protocol (memosight.engine.protocol).
 """
 
 from __future__ import annotations
@@ -15,28 +16,52 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from memosight.engine.request import CompletionRequest, StopRule
+from memosight.engine.protocol import CompletionRequest, Engine, EngineSettings, RequestOptions
 
 from .config import Settings
-from .context.packing import ContextCompressor, PackedContext, truncate_around_cursor
+from .context.packed import PackedContext
+from .context.packing import ContextCompressor
+from .context.truncation import truncate_around_cursor
 from .context.workspace import WorkspaceIndex
 from .documents import Document
+from .mode import completion_mode, max_new_tokens, post_process
 
 log = logging.getLogger(__name__)
-
-BRACE_LANGUAGES_OPENERS = ("{", "(", "[", "=>")
-# A single-line suggestion ends at the line's end; a line of code is rarely longer than this many
-# tokens (about 100 characters), and generation that runs past it is nearly always a loop.
-SINGLE_LINE_MAX_TOKENS = 32
 
 
 @dataclass
 class Suggestion:
     text: str
-    offset: int  # where it is inserted, as a string offset in the document
+    offset: int  # where it is inserted, as a string offset in the text the request saw
     latency_ms: float
     prompt_tokens: int
     stop_reason: str
+
+
+@dataclass
+class Answer:
+    """What a completion request gets back."""
+
+    suggestion: Suggestion | None  # None: no suggestion (superseded, cancelled, empty, an error)
+    seen: Document  # the document as the request saw it: the answer's positions refer to this text
+    messages: list[str] = field(default_factory=list)  # for the user: a model that fell back, an error
+
+
+@dataclass
+class Ticket:
+    """One request's view of its document, to tell when it has gone stale."""
+
+    doc: Document  # the live document: edits keep arriving while the request waits
+    seen: Document  # a copy as the request saw it
+    cursor: int  # in the seen text
+
+    @classmethod
+    def of(cls, doc: Document, cursor: int) -> Ticket:
+        return cls(doc, Document(doc.uri, doc.text, doc.language, doc.version), cursor)
+
+    def stale(self) -> bool:
+        """An edit arrived since the request was made: the editor sends a newer request."""
+        return self.doc.version != self.seen.version
 
 
 @dataclass
@@ -57,10 +82,6 @@ class Job:
     uri: str
     generation: Generation
     superseded: bool = False
-
-    @property
-    def cancel(self) -> threading.Event:
-        return self.generation.cancel
 
 
 @dataclass
@@ -104,65 +125,34 @@ class Counters:
             "cancelled": self.cancelled, "superseded": self.superseded, "typed_through": self.typed_through,
             "joined": self.joined, "accepted": self.accepted,
             "accepted_chars": self.accepted_chars, "errors": self.errors,
-            "latency_ms": {"last": round(lat and self.latencies_ms[-1] or 0, 2) if lat else None,
+            "latency_ms": {"last": round(self.latencies_ms[-1], 2) if lat else None,
                            "p50": pick(0.5), "p95": pick(0.95)},
             "acceptance_rate": round(self.accepted / self.completed, 4) if self.completed else None,
         }
 
 
-def completion_mode(doc: Document, cursor: int, settings: Settings) -> tuple[StopRule, bool]:
-    """The stop rule for a completion at `cursor`, and whether it may span several lines.
-
-    Single line mid-line; several lines after a block opener, or on a blank line right below one,
-    stopping at the end of that block.
-    """
-    text = doc.text
-    line_start = text.rfind("\n", 0, cursor) + 1
-    line_end = text.find("\n", cursor)
-    line_end = len(text) if line_end == -1 else line_end
-    before, after = text[line_start:cursor], text[cursor:line_end].rstrip("\r")
-    following = text[line_end + 1:].split("\n", 40)
-    next_line = next((line.rstrip("\r") for line in following[:40] if line.strip()), "")
-    multiline = settings.multiline == "always"
-    opener_line = before
-    if settings.multiline == "auto" and not after.strip():
-        if not before.strip():  # blank line: look at the line above
-            above = text[:line_start].rstrip("\r\n").rsplit("\n", 1)[-1]
-            opener_line = above
-        openers = (":",) if doc.language == "python" else BRACE_LANGUAGES_OPENERS
-        multiline = opener_line.rstrip().endswith(openers)
-    if not multiline:
-        return StopRule(single_line=True, suffix_line=after), False
-    indent = len(opener_line) - len(opener_line.lstrip(" \t"))
-    return StopRule(suffix_line=after, next_suffix_line=next_line, block_indent=indent,
-                    stop_strings=("\n\n\n",), time_budget_ms=float(settings.latency_budget_ms)), True
-
-
-def post_process(text: str, multiline: bool) -> str:
-    """Final tidy-up: no trailing whitespace, no dangling blank lines."""
-    text = text.rstrip()
-    return text if multiline else text.split("\n", 1)[0]
-
-
 class Suggester:
     """Owns the engine (loaded in the background) and runs one generation at a time."""
 
-    def __init__(self, load_engine: Callable[[Settings], object] | None = None, fallback: bool = True):
+    def __init__(self, load_engine: Callable[[Settings], Engine] | None = None, *,
+                 open_documents: Callable[[], list[Document]] = list,
+                 workspace: Callable[[], WorkspaceIndex | None] = lambda: None, fallback: bool = True):
         self._load_engine = load_engine or _load_engine_from_settings
         self._fallback = fallback  # the server falls back to the defaults; a command-line run says no
+        # the other open documents, whose definitions may enter the context
+        self._open_documents = open_documents
+        # unopened files of the workspace, for the definitions of names used near the cursor
+        self._workspace = workspace
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memosight-engine")
         self._engine_future: Future | None = None
         self._engine_key: tuple | None = None
+        self._configured: dict[int, EngineSettings] = {}  # id(engine) -> settings last applied
         self._jobs: dict[str, Job] = {}
         self._shown: dict[str, Shown] = {}
-        self.messages: list[str] = []  # for the user, shown by the LSP layer (e.g. a model fell back)
+        self._messages: deque[str] = deque()  # for the user, filled on the engine thread
         self.counters = Counters()
-        self.load_error: str | None = None
+        self.last_error: str | None = None
         self.compressor = ContextCompressor()
-        # the other open documents, whose definitions may enter the context (lsp.py sets it)
-        self.open_documents: Callable[[], list[Document]] | None = None
-        # unopened files of the workspace, for the definitions of names used near the cursor
-        self.workspace: WorkspaceIndex | None = None
 
     # --- engine ---------------------------------------------------------------------------------
 
@@ -171,11 +161,11 @@ class Suggester:
         key = (settings.model, settings.device, settings.dtype)
         if self._engine_future is None or key != self._engine_key or self._engine_future.cancelled():
             self._engine_key = key
-            self.load_error = None
+            self.last_error = None
             self._engine_future = self._executor.submit(self._load_with_fallback, settings)
         return self._engine_future
 
-    def _load_with_fallback(self, settings: Settings):
+    def _load_with_fallback(self, settings: Settings) -> Engine:
         """Load what `settings` name; if that fails, say why and load the defaults for the model,
         device and dtype keys instead, so a bad value costs that key only."""
         try:
@@ -188,14 +178,44 @@ class Suggester:
                                            dtype=defaults.dtype)
             if fallback == settings:
                 raise
-            self.messages.append(f"MemoSight: {exc}. Using the default model, device and dtype instead.")
+            self._messages.append(f"MemoSight: {exc}. Using the default model, device and dtype instead.")
             return self._load_engine(fallback)
 
-    def engine_if_ready(self):
+    def engine_if_ready(self) -> Engine | None:
         f = self._engine_future
         if f is not None and f.done() and not f.cancelled() and f.exception() is None:
             return f.result()
         return None
+
+    def _configure(self, engine: Engine, settings: Settings) -> None:
+        """Settings that change without reloading the model, applied when they changed."""
+        wanted = EngineSettings(speculative=settings.speculative, kv_cache_bytes=settings.kv_cache_mb * 2**20)
+        if self._configured.get(id(engine)) != wanted:
+            engine.configure(wanted)
+            self._configured = {id(engine): wanted}
+
+    # --- context --------------------------------------------------------------------------------
+
+    def build_context(self, engine: Engine, doc: Document, cursor: int, settings: Settings,
+                      others: list[Document] | None = None) -> PackedContext:
+        """The compressed context at `cursor`: regions of `doc`, of the other open documents
+        (`others`, else every open document) and of the workspace files that define names used near
+        the cursor, packed into settings.context_budget model tokens."""
+        try:
+            if others is None:
+                others = self._open_documents()
+            others = others + self.workspace_documents(doc, cursor, others)
+            return self.compressor.build(doc, cursor, settings.context_budget, settings.suffix_share,
+                                         engine.count_tokens, others)
+        except Exception:  # noqa: BLE001 - a compressor bug must not cost the user the completion
+            log.exception("context compression failed; falling back to plain truncation")
+            return truncate_around_cursor(doc.text, cursor, settings.context_budget, settings.suffix_share,
+                                          engine.count_tokens, doc.path)
+
+    def workspace_documents(self, doc: Document, cursor: int, open_docs: list[Document]) -> list[Document]:
+        """Unopened workspace files that define names used near the cursor (see workspace.py)."""
+        index = self._workspace()
+        return [] if index is None else index.documents_for(doc, cursor, open_docs)
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -230,37 +250,39 @@ class Suggester:
             return shown.text[len(typed):]
         return None
 
-    def build_context(self, engine, doc: Document, cursor: int, settings: Settings,
-                      others: list[Document] | None = None) -> PackedContext:
-        """The compressed context at `cursor`: regions of `doc`, of the other open documents
-        (`others`, else `open_documents()`) and of the workspace files that define names used near
-        the cursor, packed into settings.context_budget model tokens."""
-        try:
-            if others is None:
-                others = self.open_documents() if self.open_documents is not None else []
-            others = others + self.workspace_documents(doc, cursor, others)
-            return self.compressor.build(doc, cursor, settings.context_budget, settings.suffix_share,
-                                         engine.count_tokens, others)
-        except Exception:  # noqa: BLE001 - a compressor bug must not cost the user the completion
-            log.exception("context compression failed; falling back to plain truncation")
-            return truncate_around_cursor(doc.text, cursor, settings.context_budget, settings.suffix_share,
-                                          engine.count_tokens, doc.path)
-
-    def workspace_documents(self, doc: Document, cursor: int, open_docs: list[Document]) -> list[Document]:
-        """Unopened workspace files that define names used near the cursor (see workspace.py)."""
-        if self.workspace is None:
-            return []
-        return self.workspace.documents_for(doc, cursor, open_docs)
+    def forget(self, uri: str) -> None:
+        """Drop what was shown for a document (closed, or a fresh request is wanted)."""
+        self._shown.pop(uri, None)
 
     async def suggest(self, doc: Document, cursor: int, settings: Settings,
-                      on_partial: Callable[[str], None] | None = None) -> Suggestion | None:
-        """The suggestion at `cursor`, or None when there is none (superseded, cancelled, empty).
+                      on_partial: Callable[[str], None] | None = None, *, cold: bool = False) -> Answer:
+        """The suggestion at `cursor`, with any messages for the user. An engine that fails is
+        reported in the messages; the request then gets no suggestion.
 
-        Raises asyncio.CancelledError when the client cancelled the request.
+        Raises asyncio.CancelledError when the client cancelled the request. `cold` asks the engine
+        to forget its caches first (cold-start measurements).
         """
+        ticket = Ticket.of(doc, cursor)
+        try:
+            suggestion = await self._suggest(ticket, settings, on_partial, cold)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the server answers every request and stays up
+            log.exception("completion failed")
+            self.counters.errors += 1
+            self.last_error = str(exc)
+            self._messages.append(f"MemoSight: {exc}")
+            suggestion = None
+        messages = []
+        while self._messages:
+            messages.append(self._messages.popleft())
+        return Answer(suggestion, ticket.seen, messages)
+
+    async def _suggest(self, ticket: Ticket, settings: Settings, on_partial, cold: bool) -> Suggestion | None:
+        doc, cursor = ticket.doc, ticket.cursor
         self.counters.requests += 1
         started = time.perf_counter()
-        text, version = doc.text, doc.version  # the document as this request saw it
+        text = ticket.seen.text
         rest = self.typing_through(doc, cursor)
         if rest is not None:
             old = self._jobs.pop(doc.uri, None)
@@ -281,8 +303,8 @@ class Suggester:
                 engine = await asyncio.shield(asyncio.wrap_future(self.ensure_engine(settings)))
                 if gen.cancel.is_set():
                     return self._finish_cancelled(job)
-                gen.future = self._executor.submit(self._generate, engine, doc, cursor, settings, gen,
-                                                   on_partial, loop, version)
+                gen.future = self._executor.submit(self._generate, engine, ticket, settings, gen, on_partial,
+                                                   loop, cold)
             # shield: a joined request that is cancelled must not cancel the shared generation's future
             suggestion = await asyncio.shield(asyncio.wrap_future(gen.future))
         except asyncio.CancelledError:
@@ -318,31 +340,29 @@ class Suggester:
             self.counters.cancelled += 1
         return None
 
-    def _generate(self, engine, doc: Document, cursor: int, settings: Settings, gen: Generation,
-                  on_partial, loop, version: int) -> Suggestion | None:
-        """Runs on the engine thread: context, generation, post-processing.
-
-        The document may change while this waits for the thread; `cursor` belongs to `version`,
-        so a changed document means a stale request (a newer one follows from the editor)."""
-        if gen.cancel.is_set() or doc.version != version:
+    def _generate(self, engine: Engine, ticket: Ticket, settings: Settings, gen: Generation, on_partial, loop,
+                  cold: bool) -> Suggestion | None:
+        """Runs on the engine thread: context, generation, post-processing."""
+        if gen.cancel.is_set() or ticket.stale():
             return None
+        doc, cursor = ticket.doc, ticket.cursor
         start = time.perf_counter()
-        apply_engine_settings(engine, settings)
+        self._configure(engine, settings)
         stop, multiline = completion_mode(doc, cursor, settings)
         context = self.build_context(engine, doc, cursor, settings)
         context_ms = (time.perf_counter() - start) * 1000
-        if doc.version != version:  # an edit arrived while the context was built
+        if ticket.stale():  # an edit arrived while the context was built
             return None
-        max_new = settings.max_new_tokens if multiline else min(settings.max_new_tokens, SINGLE_LINE_MAX_TOKENS)
-        request = CompletionRequest(context.prefix, context.suffix, doc.language, max_new, stop, gen.cancel)
-        result: dict = {}
+        request = CompletionRequest(context.prefix, context.suffix, doc.language, max_new_tokens(settings, multiline),
+                                    stop, gen.cancel, RequestOptions(cold=cold))
+        stream = engine.stream(request)
         text = ""
-        for piece in engine.stream(request, result):
+        for piece in stream:
             text += piece
             gen.partial = text
             if on_partial is not None and not gen.cancel.is_set():
                 loop.call_soon_threadsafe(on_partial, text)
-        completion = result["completion"]
+        completion = stream.completion
         latency = (time.perf_counter() - start) * 1000
         log.debug("completion %s:%d %.1f ms (context %.1f ms, first piece %.1f ms) prompt %d tokens (%d cached), "
                   "%d new, %s, stop %s", doc.uri.rsplit("/", 1)[-1], cursor, latency, context_ms,
@@ -357,13 +377,12 @@ class Suggester:
 
     def status(self, settings: Settings) -> dict:
         engine = self.engine_if_ready()
-        state = "ready" if engine is not None else ("error" if self.load_error else "loading")
+        state = "ready" if engine is not None else ("error" if self.last_error else "loading")
         out = {"state": state, "model": settings.model or "default", "device": None, "dtype": None,
-               "error": self.load_error, "requests": self.counters.to_json()}
+               "error": self.last_error, "requests": self.counters.to_json()}
         if engine is not None:
             out.update({k: v for k, v in engine.status().items() if k != "requests"})
-            out["model"] = engine.name
-        index = self.workspace
+        index = self._workspace()
         out["workspace"] = None if index is None else {
             "root": str(index.root), "files": len(index), "indexed": index.ready.is_set()}
         return out
@@ -372,18 +391,12 @@ class Suggester:
         for job in self._jobs.values():
             job.generation.cancel.set()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        engine = self.engine_if_ready()
+        if engine is not None:  # once the cancelled generation lets go of it
+            threading.Thread(target=engine.close, name="memosight-engine-close", daemon=True).start()
 
 
-def apply_engine_settings(engine, settings: Settings) -> None:
-    """Settings that change without reloading the model; engines without these knobs ignore them."""
-    if hasattr(engine, "speculative"):
-        engine.speculative = settings.speculative
-    tree = getattr(getattr(engine, "prompt_cache", None), "prefix_tree", None)
-    if tree is not None and tree.max_bytes != settings.kv_cache_mb * 2**20:
-        engine.set_kv_cache_bytes(settings.kv_cache_mb * 2**20)
-
-
-def _load_engine_from_settings(settings: Settings):
+def _load_engine_from_settings(settings: Settings) -> Engine:
     from memosight.engine import load_engine
 
     return load_engine(settings.model, device=settings.device, dtype=settings.dtype)

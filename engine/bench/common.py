@@ -11,11 +11,11 @@ SOURCE_SUFFIXES = (".py", ".js", ".ts", ".go", ".rs")
 def source_files(folder: str | Path, max_files: int | None = None, min_chars: int = 2000) -> list[Path]:
     root = Path(folder)
     if not root.is_dir():
-        raise SystemExit(f"memosight: corpus folder {str(root)!r} does not exist; give a folder of source files")
+        raise FileNotFoundError(f"corpus folder {str(root)!r} does not exist; give a folder of source files")
     files = sorted(p for p in root.rglob("*") if p.suffix in SOURCE_SUFFIXES and p.is_file()
                    and p.stat().st_size >= min_chars)
     if not files:
-        raise SystemExit(f"memosight: no source files of at least {min_chars} bytes under {root}")
+        raise FileNotFoundError(f"no source files of at least {min_chars} bytes under {root}")
     return files[:max_files] if max_files else files
 
 

@@ -1,10 +1,10 @@
-"""`memosight bench speculative --corpus DIR [--json]`: speculative decoding against plain greedy.
+"""Speculative decoding against plain greedy, side by side (`memosight bench speculative`).
 
-Side by side in one run, same model, dtype and device, prompts cut from real source files:
-transformers `generate` greedy (the baseline), transformers prompt-lookup decoding, our plain loop,
-and our speculative loop with each draft source alone and all combined. Methods take turns on every
-prompt, so machine noise falls on all of them alike; each speculative method keeps its draft
-controller from prompt to prompt, as the engine does from request to request.
+Same model, dtype and device, prompts cut from real source files: transformers `generate` greedy
+(the baseline), transformers prompt-lookup decoding, our plain loop, and our speculative loop with
+each draft source alone and all combined. Methods take turns on every prompt, so machine noise
+falls on all of them alike; each speculative method keeps its own speculator (sources, draft
+controller, statistics) from prompt to prompt, as the engine does from request to request.
 
 Each method first prefills all but the last prompt token into its own cache (transformers' forward
 and DynamicCache for the transformers methods), timed apart from decoding. The main figures are
@@ -17,62 +17,42 @@ transformers' prefill of the same prompt, measured just before it.
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import resource
-import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
+import torch
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--corpus", required=True, help="folder of source files (held-out code)")
-    parser.add_argument("--model", help="model folder or hub id (default: the embedded model)")
-    parser.add_argument("--device", default=None, help="auto, cpu, cuda")
-    parser.add_argument("--dtype", default="float32", help="float32 (exact) | bfloat16 | float16")
-    parser.add_argument("--prompts", type=int, default=24, help="number of cursor positions")
-    parser.add_argument("--min-new", type=int, default=32)
-    parser.add_argument("--max-new", type=int, default=128)
-    parser.add_argument("--prompt-chars", type=int, default=4000, help="text before the cursor in the prompt")
-    parser.add_argument("--methods", default="all", help="comma list, or 'all'")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true")
-
+from .. import kv
+from ..local import LocalEngine
+from ..speculate import Speculator
+from .common import cut_points, source_files, table
 
 METHODS = ("hf_greedy", "hf_prompt_lookup", "plain", "spec_heads", "spec_ngram", "spec_table", "spec_lookahead",
            "spec_all")
 
 
-def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from .. import kv
-    from ..decode import DraftController, SpecStats
-    from ..loading import ModelLoadError, load_engine
-    from .common import cut_points, source_files, table
-
-    try:
-        engine = load_engine(args.model, device=args.device, dtype=args.dtype)
-    except ModelLoadError as exc:
-        print(f"memosight: {exc}", file=sys.stderr)
-        return 2
-    methods = METHODS if args.methods == "all" else tuple(m.strip() for m in args.methods.split(","))
-    all_drafters = {"ngram": next(d for d in engine.drafters if d.name == "ngram"), "lookahead": engine.lookahead,
-                    "table": engine.table_drafter, "heads": engine.heads_drafter}  # the engine's order
+def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 24, min_new: int = 32,
+                    max_new: int = 128, prompt_chars: int = 4000, methods: tuple[str, ...] = METHODS, seed: int = 0,
+                    progress: Callable[[int, int], None] = lambda done, total: None) -> dict:
+    """Every method on the same prompts; the summary `memosight bench speculative --json` prints."""
+    all_drafters = {d.name: d for d in engine.speculator.drafters}
     methods = tuple(m for m in methods if not m.startswith("spec_") or m == "spec_all"
-                    or all_drafters.get(m.removeprefix("spec_")) is not None)
-    rng = random.Random(args.seed)
-    prompts = []
-    files = source_files(args.corpus)
+                    or m.removeprefix("spec_") in all_drafters)
+    rng = random.Random(seed)
+    cases = []
+    files = source_files(corpus)
     rng.shuffle(files)
     for path in files:
         text = path.read_text(encoding="utf-8", errors="replace")
         for cut in cut_points(text, 2, rng):
-            prefix, suffix = text[max(0, cut - args.prompt_chars):cut], text[cut:cut + 1000]
-            prompts.append((engine.prompt_ids(prefix, suffix), rng.randint(args.min_new, args.max_new)))
-        if len(prompts) >= args.prompts:
+            prefix, suffix = text[max(0, cut - prompt_chars):cut], text[cut:cut + 1000]
+            cases.append((engine.prompt_ids(prefix, suffix), rng.randint(min_new, max_new)))
+        if len(cases) >= prompts:
             break
-    prompts = prompts[: args.prompts]
+    cases = cases[:prompts]
     model, eos = engine.model, sorted(engine.eos_ids)
 
     def hf(ids, n, **kw):
@@ -94,12 +74,13 @@ def run(args: argparse.Namespace) -> int:
         return {}
 
     results = {m: {"seconds": 0.0, "prefill_seconds": 0.0, "tokens": 0, "match": 0} for m in methods}
-    stats_of = {m: SpecStats() for m in methods}
-    # One draft controller per method for the whole run, as the engine keeps one across requests:
-    # what it learns about the sources (which pay, which cost more time than they save) carries over.
-    controllers = {m: DraftController() for m in methods}
+    # One speculator per method for the whole run, as the engine keeps one across requests: what its
+    # controller learns about the sources (which pay, which cost more time than they save) carries over.
+    speculators = {m: Speculator(list(all_drafters.values()) if m == "spec_all"
+                                 else [all_drafters[m.removeprefix("spec_")]])
+                   for m in methods if m.startswith("spec_")}
     reference: list[list[int]] = []
-    for i, (ids, n) in enumerate(prompts):
+    for i, (ids, n) in enumerate(cases):
         reference.append(hf(ids, n))  # also warms up this prompt length
         order = list(methods)
         rng.shuffle(order)
@@ -118,9 +99,7 @@ def run(args: argparse.Namespace) -> int:
             elif method == "plain":
                 out = engine.generate(ids, n, speculative=False)
             else:
-                names = list(all_drafters) if method == "spec_all" else [method.removeprefix("spec_")]
-                engine.drafters = [all_drafters[k] for k in names if all_drafters[k] is not None]
-                engine.spec_stats, engine.controller = stats_of[method], controllers[method]
+                engine.speculator = speculators[method]
                 out = engine.generate(ids, n, speculative=True)
             sync()
             prefill_seconds = decoding - start
@@ -131,8 +110,8 @@ def run(args: argparse.Namespace) -> int:
             results[method]["prefill_seconds"] += prefill_seconds
             results[method]["tokens"] += len(out)
             results[method]["match"] += int(out == reference[i])
-        print(f"\rprompt {i + 1}/{len(prompts)}", end="", file=sys.stderr)
-    print(file=sys.stderr)
+        progress(i + 1, len(cases))
+
     def rate(r, with_prefill=False):
         seconds = r["seconds"] + (r["prefill_seconds"] if with_prefill else 0.0)
         return r["tokens"] / seconds if seconds else 0.0
@@ -141,43 +120,47 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for method in methods:
         r = results[method]
-        s = stats_of[method].to_json() if method.startswith("spec") else None
+        s = speculators[method].to_json() if method in speculators else None
         rows.append({
             "method": method, "tokens_per_s": round(rate(r), 1),
             "speedup": round(rate(r) / rate(base), 3) if base else None,
             "tokens_per_s_with_prefill": round(rate(r, True), 1),
             "speedup_with_prefill": round(rate(r, True) / rate(base, True), 3) if base else None,
             "tokens_per_step": s["tokens_per_step"] if s else None,
-            "exact_match": round(r["match"] / len(prompts), 4),
-            "sources": s["sources"] if s else None, "head_accuracy": s["head_accuracy"] if s else None,
+            "exact_match": round(r["match"] / len(cases), 4),
+            "sources": s["sources"] if s else None, "head_accuracy": s.get("head_accuracy") if s else None,
         })
+    engine.speculator = speculators.get("spec_all", engine.speculator)
     longest = max(files[:50], key=lambda f: f.stat().st_size)
     reuse = _keystroke_reuse(engine, longest, 1500)
     peak_mb = (torch.cuda.max_memory_allocated() / 2**20 if engine.device.type == "cuda"
                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    summary = {"model": engine.name, "device": str(engine.device), "dtype": str(engine.dtype).removeprefix("torch."),
-               "threads": torch.get_num_threads(), "prompts": len(prompts),
-               "new_tokens": [args.min_new, args.max_new], "methods": rows, "keystroke_reuse": reuse,
-               "peak_memory_mb": round(peak_mb, 1)}
-    if args.json:
-        print(json.dumps(summary))
-        return 0
-    print(f"model {summary['model']}  device {summary['device']}  dtype {summary['dtype']}  threads "
-          f"{summary['threads']}  prompts {len(prompts)}  new tokens {args.min_new}-{args.max_new}")
-    print(table(rows, [("method", "method"), ("tokens_per_s", "tok/s"), ("speedup", "speedup"),
-                       ("tokens_per_step", "tok/step"), ("exact_match", "= greedy"),
-                       ("tokens_per_s_with_prefill", "tok/s +prefill"), ("speedup_with_prefill", "speedup +prefill")]))
-    print("tok/s: decoding with the prompt already cached (as after a keystroke); +prefill: the whole prompt "
-          "prefilled first, each method with its own forward")
+    return {"model": engine.name, "device": str(engine.device), "dtype": str(engine.dtype).removeprefix("torch."),
+            "threads": torch.get_num_threads(), "prompts": len(cases),
+            "new_tokens": [min_new, max_new], "methods": rows, "keystroke_reuse": reuse,
+            "peak_memory_mb": round(peak_mb, 1)}
+
+
+def render(summary: dict) -> str:
+    """The summary as a table and a few lines for a person."""
+    rows, reuse = summary["methods"], summary["keystroke_reuse"]
+    lines = [f"model {summary['model']}  device {summary['device']}  dtype {summary['dtype']}  threads "
+             f"{summary['threads']}  prompts {summary['prompts']}  new tokens {summary['new_tokens'][0]}-"
+             f"{summary['new_tokens'][1]}",
+             table(rows, [("method", "method"), ("tokens_per_s", "tok/s"), ("speedup", "speedup"),
+                          ("tokens_per_step", "tok/step"), ("exact_match", "= greedy"),
+                          ("tokens_per_s_with_prefill", "tok/s +prefill"), ("speedup_with_prefill", "speedup +prefill")]),
+             "tok/s: decoding with the prompt already cached (as after a keystroke); +prefill: the whole prompt "
+             "prefilled first, each method with its own forward"]
     for row in rows:
         if row["sources"]:
             acc = ", ".join(f"{k} {v['accepted']}/{v['drafted']}" for k, v in row["sources"].items())
             heads = " ".join(f"{a:.2f}" for a in row["head_accuracy"] or [])
-            print(f"  {row['method']}: accepted/drafted nodes: {acc}" + (f"; head top-1: {heads}" if heads else ""))
-    print(f"keystroke on a {reuse['prompt_tokens']}-token prompt: prefilled {reuse['prefilled_tokens']} tokens "
-          f"({reuse['reused_tokens']} reused)")
-    print(f"peak memory: {summary['peak_memory_mb']} MB")
-    return 0
+            lines.append(f"  {row['method']}: accepted/drafted nodes: {acc}" + (f"; head top-1: {heads}" if heads else ""))
+    lines.append(f"keystroke on a {reuse['prompt_tokens']}-token prompt: prefilled {reuse['prefilled_tokens']} tokens "
+                 f"({reuse['reused_tokens']} reused)")
+    lines.append(f"peak memory: {summary['peak_memory_mb']} MB")
+    return "\n".join(lines)
 
 
 def _keystroke_reuse(engine, path, prompt_tokens: int) -> dict:

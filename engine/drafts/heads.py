@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..verify import Candidate
-from . import DraftState
+from . import DraftSource, DraftState, StepOutcome
 
 WEIGHTS_FILE = "draft_heads.safetensors"
 CONFIG_FILE = "draft_heads.json"
@@ -72,7 +72,7 @@ class DraftHeads(nn.Module):
         return heads.eval()
 
 
-class HeadDrafter:
+class HeadDrafter(DraftSource):
     """Proposes the best paths through the heads' top-k guesses (a small beam over joint probability)."""
 
     name = "heads"
@@ -87,9 +87,19 @@ class HeadDrafter:
         # A drafted node costs a row of the verification pass whether or not it is accepted: guesses
         # whose joint probability falls below this are not worth their row.
         self.min_prob = min_prob
-        self.confident = confident  # probability above which a guess goes to the lookahead cache
-        self.last_confident: list[int] = []
-        self.last_top1: list[int] = []
+        self.confident = confident  # probability above which a guess is also offered as a hint
+        self.last_top1: list[int] = []  # each head's first guess at the last ask, to score it
+        self.hits: list[int] = []  # per head: times its top-1 was the greedy token
+        self.tries: list[int] = []
+
+    @classmethod
+    def for_model(cls, model, model_dir: Path | None) -> HeadDrafter | None:
+        heads = DraftHeads.load(Path(model_dir)) if model_dir else None
+        if heads is None:
+            return None
+        weight = model.get_output_embeddings().weight
+        heads.to(device=weight.device, dtype=weight.dtype)
+        return cls(heads, model.get_output_embeddings())
 
     @torch.inference_mode()
     def guesses(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,26 +109,40 @@ class HeadDrafter:
         return torch.topk(probs, max(self.top_k), dim=-1)
 
     def propose(self, state: DraftState) -> list[Candidate]:
-        self.last_top1, self.last_confident = [], []
+        self.last_top1 = []
         if state.hidden is None:
             return []
         probs, tokens = self.guesses(state.hidden)
         depth = min(len(self.top_k), probs.shape[0], state.max_len)
         probs, tokens = probs.tolist(), tokens.tolist()
-        self.last_top1 = [tokens[d][0] for d in range(probs and len(probs) or 0)]
-        confident = []
+        self.last_top1 = [tokens[d][0] for d in range(len(probs))]
+        confident = []  # the first guesses, for as long as each is likely: a hint for later steps
         for d in range(len(probs)):
             if probs[d][0] < self.confident:
                 break
             confident.append(tokens[d][0])
-        self.last_confident = confident
         beams: list[tuple[float, list[int]]] = [(1.0, [])]
         kept: list[tuple[float, list[int]]] = []  # every beam prefix worth its row; the tree merges prefixes
         for d in range(depth):
             grown = [(p * probs[d][j], seq + [tokens[d][j]]) for p, seq in beams for j in range(self.top_k[d])]
             beams = [b for b in sorted(grown, key=lambda b: -b[0])[: self.beams] if b[0] >= self.min_prob]
             kept.extend(beams)
-        return [Candidate(seq, self.name, score=p) for p, seq in kept]
+        out = [Candidate(seq, self.name, score=p) for p, seq in kept]
+        if confident:
+            out.append(Candidate(confident, self.name, hint=True))
+        return out
 
-    def observe(self, state: DraftState, accepted: list[int]) -> None:
-        pass
+    def observe(self, outcome: StepOutcome) -> None:
+        """Score each head's first guess against what greedy decoding chose there."""
+        if self.name not in outcome.proposals or not outcome.verified:
+            return
+        truth = outcome.accepted + [outcome.next_token]
+        for d in range(min(len(self.last_top1), len(truth))):
+            while len(self.hits) <= d:
+                self.hits.append(0)
+                self.tries.append(0)
+            self.tries[d] += 1
+            self.hits[d] += int(self.last_top1[d] == truth[d])
+
+    def stats(self) -> dict:
+        return {"head_accuracy": [round(h / t, 4) if t else 0.0 for h, t in zip(self.hits, self.tries)]}

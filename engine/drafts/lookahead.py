@@ -1,8 +1,9 @@
 """The lookahead cache: continuations worth remembering beyond the current step.
 
-Two kinds go in: high-confidence head predictions for positions past the accepted ones (kept from
-earlier steps instead of being recomputed), and the whole continuation of recent suggestions, so
-that when the user types the start of the last suggestion its rest is drafted at once.
+Two kinds go in: confident guesses other sources made for positions past the accepted ones (the
+heads' hints, kept from earlier steps instead of being recomputed), and the whole continuation of
+recent suggestions, so that when the user types the start of the last suggestion its rest is
+drafted at once.
 """
 
 from __future__ import annotations
@@ -10,13 +11,12 @@ from __future__ import annotations
 from collections import deque
 
 from ..verify import Candidate
-from . import DraftState
+from . import DraftSource, DraftState, StepOutcome
 from .ngram import lookup
 
 
-class LookaheadCache:
+class LookaheadCache(DraftSource):
     name = "lookahead"
-    standby = False
 
     def __init__(self, max_sequences: int = 64, match: int = 3, max_len: int = 16):
         self.sequences: deque[list[int]] = deque(maxlen=max_sequences)
@@ -40,10 +40,18 @@ class LookaheadCache:
                 break
         return out
 
-    def observe(self, state: DraftState, accepted: list[int]) -> None:
-        pass
+    def observe(self, outcome: StepOutcome) -> None:
+        """Keep the hints of a verified step, after the tokens that led to them (the last `match`
+        tokens and the root), so that they match when the text gets there."""
+        if not outcome.verified:
+            return
+        lead = outcome.state.context[-(self.match + 1):]
+        for candidates in outcome.proposals.values():
+            for hint in (c for c in candidates if c.hint and c.tokens):
+                self.remember(lead + hint.tokens)
 
-    def remember_confident(self, context_tail: list[int], tokens: list[int]) -> None:
-        """Head predictions above the confidence threshold, after the accepted tokens."""
-        if tokens:
-            self.remember(context_tail + tokens)
+    def finish(self, tokens: list[int]) -> None:
+        self.remember(tokens)
+
+    def reset(self) -> None:
+        self.sequences.clear()

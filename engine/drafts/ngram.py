@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..verify import Candidate
-from . import DraftState
+from . import DraftSource, DraftState
 
 
 def lookup(tokens: list[int], tail: list[int], max_len: int, max_matches: int, *,
@@ -41,9 +41,8 @@ def lookup(tokens: list[int], tail: list[int], max_len: int, max_matches: int, *
     return (found + short)[:max_matches]
 
 
-class NgramDrafter:
+class NgramDrafter(DraftSource):
     name = "ngram"
-    standby = False
 
     def __init__(self, sizes: tuple[int, ...] = (4, 3, 2), max_len: int = 16, max_matches: int = 2):
         self.sizes = sizes
@@ -60,9 +59,6 @@ class NgramDrafter:
             if conts:
                 return [Candidate(c, self.name, score=0.5 + 0.1 * n - 0.01 * k) for k, c in enumerate(conts)]
         return []
-
-    def observe(self, state: DraftState, accepted: list[int]) -> None:
-        pass
 
 
 # --- the corpus table ------------------------------------------------------------------------------
@@ -172,7 +168,7 @@ class NgramTable:
         return cls(orders)
 
 
-class TableDrafter:
+class TableDrafter(DraftSource):
     """Drafts a short chain of the corpus's most frequent next tokens."""
 
     name = "table"
@@ -183,6 +179,11 @@ class TableDrafter:
         self.max_len = max_len
         self.min_joint = min_joint  # the first guess is always drafted: one row costs next to nothing
         self.context_tokens = max(table.orders, default=1)  # the longest context the table knows
+
+    @classmethod
+    def for_model(cls, model, model_dir: Path | None) -> TableDrafter | None:
+        table = NgramTable.load(Path(model_dir)) if model_dir else None
+        return cls(table) if table is not None else None
 
     def propose(self, state: DraftState) -> list[Candidate]:
         context = state.context[-self.context_tokens:]
@@ -199,6 +200,3 @@ class TableDrafter:
             chain.append(token)
             context.append(token)
         return [Candidate(chain, self.name, score=0.3 + 0.1 * joint)] if chain else []
-
-    def observe(self, state: DraftState, accepted: list[int]) -> None:
-        pass

@@ -13,7 +13,10 @@ ever admitted: `EXCLUDED_NAMES` is checked against every path component.
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import os
+import platform
 import sys
 import sysconfig
 from dataclasses import dataclass, field
@@ -21,6 +24,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import xxhash
+
+from ..protocol import EngineError
 
 MAX_FILE_BYTES = 200_000  # bigger files are generated tables or giant test suites
 SPECIAL_STRINGS = ("<|endoftext|>", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<file_sep>")
@@ -51,6 +56,8 @@ class Source:
     licence: str
     skip_dirs: frozenset[str] = frozenset()
     skip_prefixes: tuple[str, ...] = ()
+    # What the model card names: the package and its version, never a path of this machine.
+    origin: str = ""
 
 
 @dataclass(frozen=True)
@@ -67,9 +74,6 @@ class Corpus:
     sources: list[Source]
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> file count
 
-    def licence_lines(self) -> list[str]:
-        return [f"{s.name}: {s.licence} ({s.root})" for s in self.sources]
-
     def chars(self) -> int:
         return sum(len(f.text) for f in self.train)
 
@@ -77,7 +81,8 @@ class Corpus:
 def stdlib_source() -> Source:
     root = Path(sysconfig.get_paths()["stdlib"])
     return Source(f"python-stdlib-{root.name.removeprefix('python')}", root, "PSF-2.0",
-                  STDLIB_SKIP_DIRS, STDLIB_SKIP_PREFIXES)
+                  STDLIB_SKIP_DIRS, STDLIB_SKIP_PREFIXES,
+                  origin=f"Python {platform.python_version()} standard library")
 
 
 def site_sources() -> list[Source]:
@@ -87,12 +92,35 @@ def site_sources() -> list[Source]:
     for name, licence in SITE_PACKAGES:
         found = [site / name for site in sites if (site / name).exists()]
         if found:
-            sources.append(Source(name.removesuffix(".py"), found[0], licence))
+            sources.append(Source(name.removesuffix(".py"), found[0], licence, origin=package_origin(found[0])))
     return sources
 
 
+def package_origin(path: Path) -> str:
+    """`path` (a package folder or module in site-packages) as its distribution and version, the
+    import name added where it differs: "Flask 3.1.3 (site-packages)", "_pytest from pytest 9.0.3 (...)"."""
+    dist, version = installed_distributions(path.parent).get(path.name, ("", ""))
+    name = path.name.removesuffix(".py")
+    if not dist:
+        return f"{name} (site-packages, version unknown)"
+    same = dist.lower().replace("-", "_") == name.lower()
+    return f"{dist} {version} (site-packages)" if same else f"{name} from {dist} {version} (site-packages)"
+
+
+@functools.cache
+def installed_distributions(site: Path) -> dict[str, tuple[str, str]]:
+    """Top-level package or module name (as on disk) -> (distribution, version), for one site-packages."""
+    found: dict[str, tuple[str, str]] = {}
+    for dist in importlib.metadata.distributions(path=[str(site)]):
+        named = (dist.metadata["Name"], dist.version)
+        for file in dist.files or ():  # RECORD: every file the distribution installed
+            found.setdefault(file.parts[0], named)
+    return found
+
+
 def resolve_sources(specs: Iterable[str]) -> list[Source]:
-    """`stdlib`, `site`, or a folder path -> Sources."""
+    """`stdlib`, `site`, or a folder path -> Sources. A missing folder is an EngineError: the user
+    mistyped it."""
     sources: list[Source] = []
     for spec in specs:
         if spec == "stdlib":
@@ -102,8 +130,9 @@ def resolve_sources(specs: Iterable[str]) -> list[Source]:
         else:
             root = Path(spec).expanduser().resolve()
             if not root.exists():
-                raise FileNotFoundError(f"corpus folder not found: {spec}")
-            sources.append(Source(root.name, root, "as given (check before shipping)"))
+                raise EngineError(f"corpus folder not found: {spec}")
+            sources.append(Source(root.name, root, "as given (check before shipping)",
+                                  origin=f"{root.name} (a folder given on the command line)"))
     return sources
 
 

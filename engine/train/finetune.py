@@ -9,8 +9,6 @@ sees how their contexts were built.
 
 from __future__ import annotations
 
-import math
-import os
 import random
 import time
 from collections.abc import Callable
@@ -19,6 +17,12 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from ..protocol import EngineError
+from . import Progress, checkpoint
+from .optim import Schedule, adamw, lr_at, set_lr
+
+CHECKPOINT_FILE = "finetune_state.pt"  # in the run folder
 
 
 @dataclass
@@ -32,6 +36,9 @@ class FinetuneConfig:
     prompt_weight: float = 0.1  # loss weight of prompt tokens relative to the middle's
     max_middle_tokens: int = 64
     seed: int = 0
+
+    def schedule(self) -> Schedule:
+        return Schedule(self.lr, self.warmup, self.steps, self.min_lr_ratio)
 
 
 @dataclass
@@ -99,17 +106,10 @@ def middle_loss(model, rows: list[Row], pad_id: int, batch: int = 8) -> float:
     return nats / max(1, tokens)
 
 
-def lr_at(step: int, cfg: FinetuneConfig) -> float:
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
 def make_optimizer(model, cfg: FinetuneConfig) -> torch.optim.AdamW:
-    for p in model.parameters():
+    for p in model.parameters():  # the engine loads its model frozen, for inference
         p.requires_grad_(True)
-    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return adamw(model.parameters(), cfg.lr, weight_decay=cfg.weight_decay)
 
 
 def finetune(model, rows: list[Row], pad_id: int, cfg: FinetuneConfig, state: FinetuneState, optimizer,
@@ -117,11 +117,11 @@ def finetune(model, rows: list[Row], pad_id: int, cfg: FinetuneConfig, state: Fi
     """Train from state.step to cfg.steps on random batches of `rows` (the batch order depends only
     on the seed and the step, so a resumed run draws the same batches)."""
     model.train()
+    schedule = cfg.schedule()
     while state.step < cfg.steps:
         rng = random.Random(cfg.seed * 1_000_003 + state.step)
         batch = [rows[rng.randrange(len(rows))] for _ in range(cfg.batch)]
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(state.step, cfg)
+        set_lr(optimizer, lr_at(state.step, schedule))
         start = time.perf_counter()
         loss, nats, tokens = row_losses(model, batch, pad_id, cfg.prompt_weight)
         optimizer.zero_grad(set_to_none=True)
@@ -137,19 +137,12 @@ def finetune(model, rows: list[Row], pad_id: int, cfg: FinetuneConfig, state: Fi
     return state
 
 
-def save_state(path: Path, model, optimizer, cfg: FinetuneConfig, state: FinetuneState) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    payload = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-               "config": asdict(cfg), "state": asdict(state)}
-    tmp = path / "finetune_state.pt.tmp"
-    torch.save(payload, tmp)
-    os.replace(tmp, path / "finetune_state.pt")  # a crash mid-write never leaves a broken checkpoint
+def save_checkpoint(path: Path, model, optimizer, cfg: FinetuneConfig, state: FinetuneState) -> None:
+    checkpoint.save(path / CHECKPOINT_FILE, "model", model, optimizer, config=asdict(cfg), state=asdict(state))
 
 
-def load_state(path: Path, model, optimizer) -> tuple[FinetuneConfig, FinetuneState]:
-    payload = torch.load(path / "finetune_state.pt", map_location="cpu", weights_only=False)
-    model.load_state_dict(payload["model"])
-    optimizer.load_state_dict(payload["optimizer"])
+def load_checkpoint(path: Path, model, optimizer) -> tuple[FinetuneConfig, FinetuneState]:
+    payload = checkpoint.load(path / CHECKPOINT_FILE, "model", model, optimizer)
     return FinetuneConfig(**payload["config"]), FinetuneState(**payload["state"])
 
 
@@ -161,21 +154,21 @@ Examples = list[tuple[str, str, str]]  # (prefix, suffix, middle)
 def run_finetune(model: str | None, out: Path, cfg: FinetuneConfig,
                  make_examples: Callable[[Callable[[str], int]], tuple[Examples, Examples]], *,
                  device: str | None = None, threads: int = 0, checkpoint_every: int = 100, resume: bool = False,
-                 save_to: Path | None = None, command: str = "", log: Callable[[str], None] = print) -> dict:
+                 save_to: Path | None = None, command: str = "", log: Callable[[str], None] = print,
+                 progress: Progress | None = None) -> dict:
     """Fine-tune `model` (None: the embedded one) on the (training, held-out) examples that
     `make_examples(count_tokens)` returns, checkpointing in `out` (resumable), and save a complete
-    model folder to `save_to` (default out/model). Returns the report; raises ModelLoadError or
-    ValueError with a message for the user."""
+    model folder to `save_to` (default out/model). `progress(step, total, figures)` hears of every
+    step. Returns the report; raises EngineError (the loader's ModelLoadError is one) with a
+    message for the user."""
     import json
     import shutil
 
-    from tqdm import tqdm
-
     from ..loading import load_engine
-    from .model import export_model
+    from .export import export_model
 
-    if resume and not (out / "finetune_state.pt").is_file():
-        raise ValueError(f"nothing to resume in {out} (no finetune_state.pt); run without --resume")
+    if resume and not (out / CHECKPOINT_FILE).is_file():
+        raise EngineError(f"nothing to resume in {out} (no {CHECKPOINT_FILE}); run without --resume")
     engine = load_engine(model, device=device, dtype="float32")
     torch.set_num_threads(threads or torch.get_num_threads())
     out.mkdir(parents=True, exist_ok=True)
@@ -190,7 +183,7 @@ def run_finetune(model: str | None, out: Path, cfg: FinetuneConfig,
         torch.save({"train": train_rows, "eval": eval_rows}, examples_file)
     log(f"{len(train_rows)} training examples, {len(eval_rows)} held-out")
     if not train_rows:
-        raise ValueError("no training examples: give a corpus with longer source files")
+        raise EngineError("no training examples: give a corpus with longer source files")
 
     pad_id = min(engine.eos_ids)
     # A small corpus may hold no file out: the report then says None instead of a number.
@@ -198,7 +191,7 @@ def run_finetune(model: str | None, out: Path, cfg: FinetuneConfig,
     optimizer = make_optimizer(engine.model, cfg)
     report_file = out / "finetune_report.json"
     if resume:
-        saved_cfg, state = load_state(out, engine.model, optimizer)
+        saved_cfg, state = load_checkpoint(out, engine.model, optimizer)
         cfg.seed = saved_cfg.seed  # the batch order must not change under a resumed run
         report = json.loads(report_file.read_text())
     else:
@@ -206,16 +199,14 @@ def run_finetune(model: str | None, out: Path, cfg: FinetuneConfig,
         report = {"held_out_middle_loss_before": held_out_loss(), "train_examples": len(train_rows),
                   "held_out_examples": len(eval_rows), "command": command}
         report_file.write_text(json.dumps(report, indent=2) + "\n")
-    bar = tqdm(total=cfg.steps, initial=state.step, desc="train context", unit="step")
 
     def on_step(state: FinetuneState, loss: float) -> None:
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss:.3f}", middle=state.history[-1]["middle_loss"])
+        if progress:
+            progress(state.step, cfg.steps, dict(loss=f"{loss:.3f}", middle=state.history[-1]["middle_loss"]))
         if state.step % checkpoint_every == 0 or state.step == cfg.steps:
-            save_state(out, engine.model, optimizer, cfg, state)
+            save_checkpoint(out, engine.model, optimizer, cfg, state)
 
     finetune(engine.model, train_rows, pad_id, cfg, state, optimizer, on_step)
-    bar.close()
     report.update({"held_out_middle_loss_after": held_out_loss(), "steps": state.step,
                    "train_minutes": round(state.seconds / 60, 1), **asdict(cfg)})
     report_file.write_text(json.dumps(report, indent=2) + "\n")

@@ -3,14 +3,17 @@
 The target of head k at position t is the base model's own greedy prediction for token t+1+k (its
 argmax at position t+k), not the corpus token: what decides acceptance is agreement with the base
 model, whatever the base model would write. Per-head losses are weighted by decay**k, since a later
-head only pays off when every earlier one was right.
+head only pays off when every earlier one was right. `run_heads` is a whole run: the corpus as
+windows in the engine's own prompt format, the loop (resumable), the heads saved beside the model.
 """
 
 from __future__ import annotations
 
-import math
+import json
+import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +21,14 @@ import torch
 import torch.nn.functional as F
 
 from ..drafts.heads import DraftHeads, HeadsConfig
+from ..loading import DEFAULT_MODEL_DIR, load_engine
+from ..protocol import EngineError
+from . import Progress, checkpoint
+from .corpus import build_corpus, resolve_sources
+from .data import fim_split, split_into_chunks
+from .optim import Schedule, adamw, lr_at, set_lr
+
+CHECKPOINT_FILE = "heads_state.pt"  # in the run folder
 
 
 @dataclass
@@ -34,6 +45,9 @@ class HeadsTrainConfig:
     seed: int = 1337
     checkpoint_every: int = 100
 
+    def schedule(self) -> Schedule:
+        return Schedule(self.lr, self.warmup, self.steps)  # decays to zero
+
 
 @dataclass
 class HeadsState:
@@ -49,8 +63,6 @@ def windows_from_texts(tokenizer, texts: list[str], seq_len: int, eos_id: int, *
     With `fim_prompt(prefix, suffix) -> ids` (the engine's own prompt format), a share `fim_rate` of
     pieces of about `fim_chars` characters are written as the engine will prompt: the heads then
     learn from the hidden states they will see behind a fill-in-the-middle prompt."""
-    from .model import fim_split, split_into_chunks
-
     rng = random.Random(seed)
     ids: list[int] = []
     for text in texts:
@@ -115,20 +127,15 @@ def head_accuracy(heads: DraftHeads, model, windows: torch.Tensor, batch: int = 
             for k in range(k_heads)]
 
 
-def lr_at(step: int, cfg: HeadsTrainConfig) -> float:
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return cfg.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
 def train_heads(model, heads: DraftHeads, windows: torch.Tensor, cfg: HeadsTrainConfig, state: HeadsState,
-                optimizer: torch.optim.Optimizer, checkpoint, progress=None) -> None:
+                optimizer: torch.optim.Optimizer, save: Callable[[HeadsState], None],
+                progress: Progress | None = None) -> None:
     """The flat loop: sample a batch, run the frozen base, step the heads; checkpoint now and then."""
     model.eval()
     heads.train()
     lm_head = model.get_output_embeddings()
     weights = [cfg.decay ** k for k in range(cfg.num_heads)]
+    schedule = cfg.schedule()
     start = time.perf_counter() - state.elapsed_s
     while state.step < cfg.steps:
         rng = random.Random(cfg.seed * 1_000_003 + state.step)  # the batch depends on the step only: resumable
@@ -137,8 +144,7 @@ def train_heads(model, heads: DraftHeads, windows: torch.Tensor, cfg: HeadsTrain
         losses = head_losses(heads, lm_head, hidden, greedy, cfg.positions,
                              torch.Generator().manual_seed(cfg.seed + state.step))
         loss = sum(w * l for w, l in zip(weights, losses)) / sum(weights)
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(state.step, cfg)
+        set_lr(optimizer, lr_at(state.step, schedule))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -146,11 +152,11 @@ def train_heads(model, heads: DraftHeads, windows: torch.Tensor, cfg: HeadsTrain
         state.elapsed_s = time.perf_counter() - start
         loss_value = float(loss.detach())
         state.losses.append(round(loss_value, 4))
-        if progress is not None:
-            progress.update(1)
-            progress.set_postfix(loss=f"{loss_value:.3f}", heads=" ".join(f"{float(l.detach()):.2f}" for l in losses))
+        if progress:
+            progress(state.step, cfg.steps,
+                    dict(loss=f"{loss_value:.3f}", heads=" ".join(f"{float(l.detach()):.2f}" for l in losses)))
         if state.step % cfg.checkpoint_every == 0 or state.step == cfg.steps:
-            checkpoint(state)
+            save(state)
 
 
 def new_heads(model, cfg: HeadsTrainConfig) -> DraftHeads:
@@ -159,16 +165,70 @@ def new_heads(model, cfg: HeadsTrainConfig) -> DraftHeads:
     return DraftHeads(config)
 
 
+def make_optimizer(heads: DraftHeads, cfg: HeadsTrainConfig) -> torch.optim.AdamW:
+    return adamw(heads.parameters(), cfg.lr, weight_decay=0.0)
+
+
 def save_checkpoint(path: Path, heads: DraftHeads, optimizer, state: HeadsState) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    tmp = path / "heads_state.pt.tmp"
-    torch.save({"heads": heads.state_dict(), "config": heads.config.__dict__, "optimizer": optimizer.state_dict(),
-                "state": state.__dict__}, tmp)
-    tmp.replace(path / "heads_state.pt")  # atomic: an interrupted save never corrupts the checkpoint
+    checkpoint.save(path / CHECKPOINT_FILE, "heads", heads, optimizer, config=heads.config.__dict__,
+                    state=state.__dict__)
 
 
 def load_checkpoint(path: Path, heads: DraftHeads, optimizer) -> HeadsState:
-    data = torch.load(path / "heads_state.pt", weights_only=False)
-    heads.load_state_dict(data["heads"])
-    optimizer.load_state_dict(data["optimizer"])
-    return HeadsState(**data["state"])
+    return HeadsState(**checkpoint.load(path / CHECKPOINT_FILE, "heads", heads, optimizer)["state"])
+
+
+# ----------------------------------------------------------------------------- a whole run
+def run_heads(model: str | None, out: Path, cfg: HeadsTrainConfig, *, corpus_specs: list[str] | None = None,
+              save_to: Path | None = None, device: str | None = None, threads: int = 0, fim_rate: float = 0.5,
+              max_files: int = 2000, resume: bool = False, log: Callable[[str], None] = print,
+              progress: Progress | None = None) -> dict:
+    """Train draft heads for `model` (None: the embedded one) on `corpus_specs` (default stdlib),
+    checkpointing in `out` (resumable), and save them beside the model (or to `save_to`). Returns the
+    report, also written to out/heads_report.json. Raises EngineError (the loader's ModelLoadError
+    is one) with a message for the user."""
+    if resume and not (out / CHECKPOINT_FILE).exists():
+        raise EngineError(f"nothing to resume in {out} (no {CHECKPOINT_FILE})")
+    if threads:
+        torch.set_num_threads(threads)
+    engine = load_engine(model, device=device, dtype="float32")
+    # load_engine picks the threads for decoding; training wants the asked-for count, or every core.
+    torch.set_num_threads(threads or os.cpu_count() or 1)
+    base, tokenizer = engine.model, engine.tokenizer
+    for p in base.parameters():
+        p.requires_grad_(False)
+    save_to = save_to or (Path(engine.name) if model else DEFAULT_MODEL_DIR)
+    corpus = build_corpus(resolve_sources(corpus_specs or ["stdlib"]))
+    rng = random.Random(cfg.seed)
+    train_files = sorted(corpus.train, key=lambda f: f.path)
+    rng.shuffle(train_files)
+    train_files = train_files[:max_files]
+    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+    # Prompts in the engine's own format: what the heads see at a cursor (plain prefix for non-FIM models).
+    fim = {"fim_prompt": engine.prompt_ids, "fim_rate": fim_rate, "seed": cfg.seed} if engine.fim.name != "plain" else {}
+
+    def windows_of(files) -> torch.Tensor:
+        return windows_from_texts(tokenizer, [f.text for f in files], cfg.seq_len, eos, **fim)
+
+    windows = windows_of(train_files).to(engine.device)
+    val_files = sorted(corpus.validation, key=lambda f: f.path)[:60] or train_files[-20:]
+    val_windows = windows_of(val_files)[:64].to(engine.device)
+    if len(windows) == 0:
+        raise EngineError("the corpus is too small for one training window; give more code")
+
+    out.mkdir(parents=True, exist_ok=True)
+    heads = new_heads(base, cfg).to(engine.device)
+    optimizer = make_optimizer(heads, cfg)
+    state = load_checkpoint(out, heads, optimizer) if resume else HeadsState()
+    log(f"training {cfg.num_heads} heads on {len(windows)} windows of {cfg.seq_len} tokens "
+        f"({len(train_files)} files); step {state.step}/{cfg.steps}")
+    train_heads(base, heads, windows, cfg, state, optimizer, lambda s: save_checkpoint(out, heads, optimizer, s),
+                progress)
+    heads.eval()
+    accuracy = head_accuracy(heads, base, val_windows) if len(val_windows) else []
+    save_to.mkdir(parents=True, exist_ok=True)
+    heads.save(save_to)
+    report = {"steps": state.step, "train_seconds": round(state.elapsed_s, 1), "heads": accuracy,
+              "saved_to": str(save_to), "windows": len(windows), "seq_len": cfg.seq_len}
+    (out / "heads_report.json").write_text(json.dumps(report, indent=2))
+    return report

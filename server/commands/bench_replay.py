@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
-import json
 import os
 import random
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .common import CommandError, add_json_argument, print_result, say
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-accept", type=int, default=3, help="matching characters a user accepts")
     parser.add_argument("--server-log", metavar="FILE", help="the server's debug log (one line per completion)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true")
+    add_json_argument(parser)
 
 
 @dataclass
@@ -52,7 +53,7 @@ def pick_functions(folder: str, count: int, max_chars: int, rng: random.Random) 
     """(file, text, start, end): function spans whose text is short enough to type back."""
     root = Path(folder)
     if not root.is_dir():
-        raise SystemExit(f"memosight: corpus folder {folder!r} does not exist")
+        raise CommandError(f"corpus folder {folder!r} does not exist")
     found = []
     files = sorted(root.rglob("*.py"))
     rng.shuffle(files)
@@ -202,12 +203,12 @@ def _count_stale(fut: asyncio.Future, stats: Replay, requests_when_cancelled: in
 
 
 async def replay(args) -> dict:
-    from ..jsonrpc_client import LspProcess
+    from .lsp_client import LspProcess
 
     rng = random.Random(args.seed)
     functions = pick_functions(args.corpus, args.functions, args.max_chars, rng)
     if not functions:
-        raise SystemExit(f"memosight: no function of at most {args.max_chars} characters under {args.corpus}")
+        raise CommandError(f"no function of at most {args.max_chars} characters under {args.corpus}")
     env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
     server_args = ["--log-file", args.server_log, "--log-level", "debug"] if args.server_log else []
     lsp = LspProcess([sys.executable, "-m", "memosight.server", "--stdio", *server_args], env=env)
@@ -227,8 +228,7 @@ async def replay(args) -> dict:
     for n, (path, text, start, end) in enumerate(functions):
         uri = path.resolve().as_uri()
         await replay_function(lsp, uri, text, start, end, args, rng, stats)
-        print(f"\rfunction {n + 1}/{len(functions)}", end="", file=sys.stderr)
-    print(file=sys.stderr)
+        say(f"function {n + 1}/{len(functions)}")
     status = await lsp.call("memosight/status", {})
     await lsp.stop()
     return summarize(stats, before, status, len(functions))
@@ -259,20 +259,21 @@ def summarize(stats: Replay, before: dict, after: dict, functions: int) -> dict:
     }
 
 
-def run(args: argparse.Namespace) -> int:
-    result = asyncio.run(replay(args))
-    if args.json:
-        print(json.dumps(result))
-        return 0
+def render(result: dict) -> str:
     lat = result["latency_ms"]
-    print(f"model {result['model']}  device {result['device']}  functions {result['functions']}")
-    print(f"requests {result['requests']}  answered {result['answered']}  with a suggestion {result['with_suggestion']}")
-    print(f"latency  p50 {lat['p50']} ms  p95 {lat['p95']} ms  max {lat['max']} ms")
-    print(f"typed-through share {result['typed_through_share']:.1%}   joined generations {result['joined']}")
-    print(f"prompt tokens from the KV cache {result['kv_cache_share']:.1%}")
-    print(f"characters saved {result['chars_saved']} of {result['chars_saved'] + result['chars_typed']} "
-          f"({result['chars_saved_share']:.1%}), {result['accepted']} acceptances")
-    print(f"cancelled by the client {result['cancelled_by_client']}  server: cancelled {result['server_cancelled']} "
-          f"superseded {result['server_superseded']}  stale suggestions {result['stale_suggestions']} "
-          f"(answers that crossed a cancellation: {result['crossed_cancellations']})")
+    return "\n".join([
+        f"model {result['model']}  device {result['device']}  functions {result['functions']}",
+        f"requests {result['requests']}  answered {result['answered']}  with a suggestion {result['with_suggestion']}",
+        f"latency  p50 {lat['p50']} ms  p95 {lat['p95']} ms  max {lat['max']} ms",
+        f"typed-through share {result['typed_through_share']:.1%}   joined generations {result['joined']}",
+        f"prompt tokens from the KV cache {result['kv_cache_share']:.1%}",
+        f"characters saved {result['chars_saved']} of {result['chars_saved'] + result['chars_typed']} "
+        f"({result['chars_saved_share']:.1%}), {result['accepted']} acceptances",
+        f"cancelled by the client {result['cancelled_by_client']}  server: cancelled {result['server_cancelled']} "
+        f"superseded {result['server_superseded']}  stale suggestions {result['stale_suggestions']} "
+        f"(answers that crossed a cancellation: {result['crossed_cancellations']})"])
+
+
+def run(args: argparse.Namespace) -> int:
+    print_result(asyncio.run(replay(args)), args.json, render)
     return 0

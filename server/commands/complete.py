@@ -6,9 +6,9 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 
+from .common import CommandError, add_json_argument
 from .cursor import add_model_arguments, load_document, parse_cursor, settings_for
 
 
@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=int, dest="context_budget", help="prompt token budget (default 1024)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run N times from cold caches and report the median latency (default 1)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,17 +33,15 @@ def run(args: argparse.Namespace) -> int:
     doc, cursor = load_document(args.cursor)
     suggester = Suggester(fallback=False)
     load_start = time.perf_counter()
-    try:
-        engine = suggester.ensure_engine(settings).result()
-    except Exception as exc:  # ModelLoadError and friends: one clear line, no traceback
-        print(f"memosight: {exc}", file=sys.stderr)
-        return 2
+    engine = suggester.ensure_engine(settings).result()  # a model that fails to load: EngineError
     load_ms = (time.perf_counter() - load_start) * 1000
     latencies = []
     for _ in range(max(1, args.repeat)):
-        engine.reset_caches()
-        suggester._shown.clear()  # each run is a fresh request, not typing-through
-        suggestion = asyncio.run(suggester.suggest(doc, cursor, settings))
+        suggester.forget(doc.uri)  # each run is a fresh request, not typing-through
+        answer = asyncio.run(suggester.suggest(doc, cursor, settings, cold=True))
+        if answer.messages:
+            raise CommandError("; ".join(answer.messages))
+        suggestion = answer.suggestion
         if suggestion is not None:
             latencies.append(suggestion.latency_ms)
     text = suggestion.text if suggestion else ""

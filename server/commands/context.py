@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-
 from pathlib import Path
 
+from .common import CommandError, add_json_argument
 from .cursor import Cursor, add_model_arguments, load_document, parse_cursor, settings_for
 
 
@@ -20,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="index this folder as the editor's workspace, as the server does: its unopened files "
                              "may give definitions too")
     add_model_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,21 +28,17 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_for(args.cursor.path, {"model": args.model, "device": args.device, "dtype": args.dtype,
                                                "context_budget": args.budget})
     doc, cursor = load_document(args.cursor)
-    suggester = Suggester(fallback=False)
-    try:
-        engine = suggester.ensure_engine(settings).result()
-    except Exception as exc:
-        print(f"memosight: {exc}", file=sys.stderr)
-        return 2
     others = [load_document(Cursor(Path(path), 1, 1))[0] for path in args.open]
+    index = None
     if args.workspace:
         from ..context.workspace import WorkspaceIndex
 
         if not Path(args.workspace).is_dir():
-            print(f"memosight: --workspace {args.workspace} is not a folder", file=sys.stderr)
-            return 2
-        suggester.workspace = WorkspaceIndex(Path(args.workspace))
-        suggester.workspace.scan()
+            raise CommandError(f"--workspace {args.workspace} is not a folder")
+        index = WorkspaceIndex(Path(args.workspace))
+        index.scan()
+    suggester = Suggester(fallback=False, workspace=lambda: index)
+    engine = suggester.ensure_engine(settings).result()  # a model that fails to load: EngineError
     packed = suggester.build_context(engine, doc, cursor, settings, others=others)
     if args.json:
         print(json.dumps(packed.to_json()))

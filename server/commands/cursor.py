@@ -9,6 +9,7 @@ from pathlib import Path
 from ..config import ConfigSources, Settings, read_config_file
 from ..context.languages import LANGUAGES_BY_SUFFIX
 from ..documents import Document
+from .common import CommandError, say
 
 
 @dataclass
@@ -31,10 +32,10 @@ def parse_cursor(spec: str) -> Cursor:
 def load_document(cursor: Cursor) -> tuple[Document, int]:
     """The file as a Document, and the cursor as a string offset (clamped to the file)."""
     if not cursor.path.is_file():
-        raise SystemExit(f"memosight: {cursor.path} is not a file")
+        raise CommandError(f"{cursor.path} is not a file")
     raw = cursor.path.read_bytes()
     if b"\x00" in raw[:8192]:
-        raise SystemExit(f"memosight: {cursor.path} looks binary (it has NUL bytes); give a source file")
+        raise CommandError(f"{cursor.path} looks binary (it has NUL bytes); give a source file")
     text = raw.decode("utf-8", errors="replace")
     doc = Document(cursor.path.resolve().as_uri(), text, LANGUAGES_BY_SUFFIX.get(cursor.path.suffix, ""))
     line_index = cursor.line - 1
@@ -52,7 +53,7 @@ def settings_for(path: Path, overrides: dict) -> Settings:
         values, errors = read_config_file(folder)
         if values or errors:
             for error in errors:
-                print(error.message(), file=__import__("sys").stderr)
+                say(error.message())
             sources.file_values = values
             break
     sources.client_values = {k: v for k, v in overrides.items() if v is not None}

@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from .common import CommandError, say, step_progress
+
 DEFAULT_CORPUS = ("stdlib", "site")
 
 
@@ -54,19 +56,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memosight.engine.loading import ModelLoadError
     from memosight.engine.train.finetune import FinetuneConfig, run_finetune
 
     cfg = FinetuneConfig(steps=args.steps, batch=args.batch, lr=args.lr, warmup=args.warmup,
                          prompt_weight=args.prompt_weight, seed=args.seed)
-    try:
+    with step_progress("train context") as on_step:
         report = run_finetune(args.model, Path(args.out), cfg, lambda count_tokens: _examples(count_tokens, args),
                               device=args.device, threads=args.threads, checkpoint_every=args.checkpoint_every,
                               resume=args.resume, save_to=Path(args.save_to) if args.save_to else None,
-                              command=" ".join(sys.argv), log=lambda message: print(message, file=sys.stderr))
-    except (ModelLoadError, ValueError) as exc:
-        print(f"memosight: {exc}", file=sys.stderr)
-        return 2
+                              command=" ".join(sys.argv), log=say, progress=on_step)
     print(f"held-out middle loss {report['held_out_middle_loss_before']} -> {report['held_out_middle_loss_after']} "
           f"nats/token; model saved to {report['saved_to']}")
     return 0
@@ -82,7 +80,7 @@ def _examples(count_tokens, args) -> tuple[list, list]:
 
     corpus = build_corpus(resolve_sources(args.corpus or DEFAULT_CORPUS), val_fraction=0.03)
     if not corpus.train:
-        raise ValueError(f"no training files found in {args.corpus or DEFAULT_CORPUS}")
+        raise CommandError(f"no training files found in {args.corpus or DEFAULT_CORPUS}")
     rng = random.Random(args.seed)
     train_files = rng.sample(corpus.train, min(args.max_files, len(corpus.train)))
     start = time.perf_counter()
@@ -93,7 +91,7 @@ def _examples(count_tokens, args) -> tuple[list, list]:
         return [(e.prefix, e.suffix, e.middle) for e in itertools.islice(examples, limit)]
 
     train, held_out = build(train_files, args.per_file), build(corpus.validation, 4, args.eval_examples)
-    print(f"examples built in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    say(f"examples built in {time.perf_counter() - start:.0f} s")
     return train, held_out
 
 

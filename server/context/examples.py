@@ -12,6 +12,10 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from ..documents import Document
+from .packing import ContextCompressor
+from .truncation import truncate_around_cursor
+
 MIN_ROW = 40  # cursors this far down a file, so there is far context to choose from
 BUDGETS = (384, 512, 768, 1024)  # the bench's 512 and the server's default 1,024, and between
 
@@ -46,9 +50,6 @@ def context_examples(documents: list, count_tokens: Callable[[str], int], rng: r
     MIN_ROW lines down. Most contexts come from the compressor, with up to `open_files` other files
     of the same folder as the editor's open tabs; `truncated_share` of them are plain truncation (the
     fall-back for languages without a grammar), so the model keeps that format too."""
-    from ..documents import Document
-    from .packing import ContextCompressor, truncate_around_cursor
-
     compressor = ContextCompressor()
     by_folder: dict[str, list] = {}
     for doc in documents:

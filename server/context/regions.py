@@ -2,8 +2,8 @@
 
 A file is cut into units (spans of whole lines, each line in exactly one unit): the signature of a
 definition, its docstring and leading comments, chunks of its body, import statements, top-level
-code and comments. Units are scored for a cursor with the WEIGHTS table below; packing.py picks
-the best-scoring units that fit the budget and renders them in file order.
+code and comments. Units are scored for a cursor with the WEIGHTS table below; far.py picks the
+best-scoring units that fit the budget and rendering.py renders them in file order.
 
 Analyses are cached by xxhash of the content, so an unchanged file (another open document, the part
 of the current one outside the function being edited) is never re-analysed.
@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import math
 import re
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
-import xxhash
-
+from ..caching import LRU, content_hash
 from . import languages
 
 # --- the one table to tune ----------------------------------------------------------------------
@@ -122,34 +119,7 @@ class FileAnalysis:
         return out
 
 
-class LRU(OrderedDict):
-    """A small least-recently-used map: the caches here stay bounded in memory (and thread-safe)."""
-
-    def __init__(self, size: int):
-        super().__init__()
-        self.size = size
-        self._lock = threading.Lock()
-
-    def get(self, key, default=None):
-        with self._lock:
-            if key in self:
-                self.move_to_end(key)
-                return self[key]
-            return default
-
-    def put(self, key, value) -> None:
-        with self._lock:
-            self[key] = value
-            self.move_to_end(key)
-            while len(self) > self.size:
-                self.popitem(last=False)
-
-
-_analyses = LRU(16)
-
-
-def content_hash(text: str) -> int:
-    return xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))
+_analyses = LRU(16)  # (grammar, content hash) -> FileAnalysis
 
 
 def analyze(text: str, tree, language_id: str) -> FileAnalysis:

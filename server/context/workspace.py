@@ -16,8 +16,10 @@ import threading
 import time
 from pathlib import Path
 
+from ..caching import LRU
+from ..documents import Document
 from . import languages
-from .regions import LRU, analyze, identifiers
+from .regions import analyze, identifiers
 
 log = logging.getLogger(__name__)
 
@@ -209,8 +211,6 @@ class WorkspaceIndex:
 
     def documents_at(self, paths: list[str]) -> list:
         """Indexed files as Documents (read and parsed once per modification time)."""
-        from ..documents import Document
-
         out = []
         for key in paths:
             path = Path(key)

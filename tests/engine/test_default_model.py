@@ -35,3 +35,25 @@ def test_the_default_model_loads_offline_and_completes_a_fim_prompt():
     new_tokens = out[0, ids.shape[1]:]
     assert 0 < len(new_tokens) <= 8
     assert isinstance(tokenizer.decode(new_tokens), str)
+
+
+# Greedy decoding in float32 on the CPU is deterministic: these are what the shipped model writes.
+KNOWN_COMPLETIONS = [
+    ("if __name__ == '__main__':\n    ", "\n", "unittest.main()"),
+    ("    def name(self):\n        return self.", "\n", "name"),
+    ("import sys\n\n\ndef main():\n    args = sys.argv[1:]\n    ", "\n", "if not isinstance(args, str):"),
+    ("class Point:\n    def __init__(self, x, y):\n        self.x = x\n        ", "\n", "self.x = x"),
+]
+
+
+def test_the_default_model_writes_its_known_completions_with_and_without_speculation():
+    from memosight.engine import load_engine
+
+    engine = load_engine(device="cpu")
+    assert engine.name == "default" and engine.fim.has_fim
+    for prefix, suffix, expected in KNOWN_COMPLETIONS:
+        assert engine.complete(prefix, suffix, max_new_tokens=16, single_line=True).text == expected, prefix
+        ids = engine.prompt_ids(prefix, suffix)
+        assert engine.generate(ids, 24, speculative=True) == engine.generate(ids, 24, speculative=False)
+    drafted = engine.speculator.to_json()["sources"]
+    assert drafted and sum(s["accepted"] for s in drafted.values()) > 0  # the shipped draft files draft

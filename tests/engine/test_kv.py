@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from memosight.engine import kv, load_engine
+from memosight.engine import EngineSettings, kv, load_engine
 
 
 def test_prefix_tree_serves_an_earlier_prompt_after_switching(tiny_model_dir):
@@ -89,7 +89,7 @@ def test_zero_byte_cap_disables_the_tree(tiny_model_dir):
     ids = engine.encode("import os\n" * 40)
     engine.generate(ids, 2)
     engine.prompt_cache.remember()
-    engine.set_kv_cache_bytes(0)
+    engine.configure(EngineSettings(kv_cache_bytes=0))
     tree = engine.prompt_cache.prefix_tree
     assert tree.bytes == 0 and not tree.blocks and tree.longest_prefix(ids) == 0
 

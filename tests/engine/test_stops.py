@@ -1,5 +1,7 @@
-from memosight.engine.request import StopRule
-from memosight.engine.stops import apply_stop_rule, held_back
+import time
+
+from memosight.engine.protocol import StopRule
+from memosight.engine.stops import StreamState, apply_stop_rule, held_back, stream_text
 
 
 def test_single_line_cuts_at_newline():
@@ -50,3 +52,34 @@ def test_multi_line_streaming_holds_back_what_a_rule_may_still_cut():
     assert held_back("foo)", rule) == 1  # ")" may be the start of the rest of the line
     text = "a\n\n"
     assert held_back(text, rule) >= 2  # blank lines at the end are trimmed, never streamed
+
+
+def _stream(pieces: list[str], stop, started: float, delay_s: float = 0.0):
+    """stream_text over `pieces` as if each were a token, `delay_s` apart."""
+    def tokens():
+        for i in range(len(pieces)):
+            time.sleep(delay_s)
+            yield i
+
+    state = StreamState(started=started)
+    text = "".join(stream_text(tokens(), lambda ids: "".join(pieces[i] for i in ids), stop, set(), state))
+    return text, state
+
+
+def test_a_multi_line_completion_over_its_time_budget_ends_at_its_last_complete_line():
+    pieces = ["    a = 1", "\n", "    b = ", "2", "\n", "    c = 3", "\n"]
+    budget = StopRule(block_indent=0, time_budget_ms=1.0)
+    text, state = _stream(pieces, budget, started=time.perf_counter() - 1.0)  # already over
+    assert (text, state.stop_reason) == ("    a = 1", "time_budget")
+    relaxed = StopRule(block_indent=0, time_budget_ms=60_000.0)
+    text, state = _stream(pieces, relaxed, started=time.perf_counter())
+    assert text == "    a = 1\n    b = 2\n    c = 3\n" and state.stop_reason == "max_tokens"
+    single = StopRule(single_line=True, time_budget_ms=1.0)  # single lines are short: no budget
+    text, state = _stream(pieces, single, started=time.perf_counter() - 1.0)
+    assert (text, state.stop_reason) == ("    a = 1", "newline")
+
+
+def test_streamed_pieces_never_include_text_a_stop_rule_later_cuts():
+    pieces = ["print(", "x", ")", ")", " # done"]
+    text, state = _stream(pieces, StopRule(single_line=True, suffix_line=")"), started=time.perf_counter())
+    assert (text, state.stop_reason) == ("print(x)", "suffix")  # the second ")" repeats the line's rest

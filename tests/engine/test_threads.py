@@ -1,6 +1,6 @@
 import torch
 
-from memosight.engine.threads import PrefillThreads
+from memosight.engine.threads import PrefillThreads, ThreadChooser
 
 
 def test_the_faster_thread_count_is_used_and_the_other_probed_now_and_then():
@@ -28,3 +28,18 @@ def test_short_prefills_keep_the_decoding_threads_and_long_ones_restore_them():
         assert torch.get_num_threads() == before + 1
     assert torch.get_num_threads() == before and chooser.prefills == 2
     assert set(chooser.to_json()["ms_per_token"]) == {str(before), str(before + 1)}
+
+
+def test_a_training_loop_keeps_the_chosen_count_between_steps_and_learns_the_fastest():
+    before = torch.get_num_threads()
+    chooser = ThreadChooser((before, before + 1), probe_every=40)
+    assert chooser.best is None
+    with chooser.measured(1, restore=False) as threads:
+        assert threads == before
+    with chooser.measured(1, restore=False) as threads:
+        assert threads == before + 1
+    assert torch.get_num_threads() == before + 1  # no switch back: the next step most likely runs with it too
+    torch.set_num_threads(before)
+    chooser.record(before, 1, 0.05)
+    chooser.record(before + 1, 1, 2.0)  # much slower now: something else took the core
+    assert chooser.best == before and chooser.runs == 4

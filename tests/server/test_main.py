@@ -66,7 +66,7 @@ def test_exit_after_shutdown_quits_at_once_with_a_model_loaded(repeater_model_di
     import asyncio
     import os
 
-    from memosight.server.jsonrpc_client import LspProcess
+    from memosight.server.commands.lsp_client import LspProcess
 
     async def scenario():
         lsp = LspProcess([sys.executable, "-m", "memosight.server", "--stdio"],

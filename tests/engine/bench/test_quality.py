@@ -1,9 +1,7 @@
-"""`memosight bench quality` on a tiny folder with a tiny model: the report and its JSON keys."""
+"""The quality benchmark's pieces: sampled lines and the greedy line completer."""
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 
 from memosight.engine.bench import quality
@@ -20,16 +18,16 @@ def test_sampled_lines_put_the_cursor_after_the_indentation():
         assert s.prefix + s.target + s.suffix == CODE
 
 
-def test_bench_prints_one_json_object(tiny_model_dir, tmp_path, capsys):
-    (tmp_path / "m.py").write_text(CODE)
-    (tmp_path / "n.py").write_text(CODE.replace("Box", "Crate"))
-    parser = argparse.ArgumentParser()
-    quality.add_arguments(parser)
-    args = parser.parse_args(["--corpus", str(tmp_path), "--model", str(tiny_model_dir), "--json",
-                              "--max-new-tokens", "4", "--lines-per-file", "2", "--seq-len", "32"])
+def test_line_completer_is_greedy_until_the_line_ends(tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    assert quality.run(args) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert {"loss", "top1_accuracy", "next_line_exact", "next_line_fim_exact", "next_line_samples", "files",
-            "tokens"} <= report.keys()
-    assert report["files"] == 2 and report["next_line_samples"] == 4 and report["loss"] > 0
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    completer = quality.LineCompleter(model, tokenizer, prefix_tokens=64, suffix_tokens=16, max_new_tokens=12)
+    prefix = "def join(a, b):\n    return"
+    ids = completer.prompt_ids(prefix, None)
+    expected = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0, len(ids):].tolist()
+    text = tokenizer.decode(expected)
+    eos = tokenizer.decode([tokenizer.eos_token_id])
+    assert completer.complete(prefix) == text.split(eos)[0].split("\n")[0]

@@ -1,13 +1,9 @@
 """N-gram drafts: the prompt lookup and the corpus table (counting, backoff, pruning, chains, file)."""
 
-from pathlib import Path
-
 import numpy as np
 
-from memosight.engine import load_engine
 from memosight.engine.drafts import DraftState
-from memosight.engine.drafts.ngram import TABLE_FILE, NgramTable, TableDrafter, lookup
-from memosight.server.cli import main
+from memosight.engine.drafts.ngram import NgramTable, TableDrafter, lookup
 
 
 def test_prompt_lookup_returns_what_followed_the_tail_most_recent_first():
@@ -69,32 +65,3 @@ def test_drafter_chains_guesses_while_their_joint_share_holds():
     short = DraftState([7, 1], None, 2, max_len=1)
     assert TableDrafter(table, max_len=8, min_joint=0.0).propose(short)[0].tokens == [2]
     assert TableDrafter(table).propose(DraftState([99], None, 1)) == []
-
-
-def test_train_ngrams_writes_the_table_beside_the_model_and_the_engine_drafts_with_it(own_model_dir, code_corpus):
-    model_dir, corpus = own_model_dir, code_corpus
-    assert main(["train", "ngrams", "--model", str(model_dir), "--corpus", str(corpus), "--min-count", "2",
-                 "--val-fraction", "0"]) == 0
-    assert (model_dir / TABLE_FILE).is_file()
-    engine = load_engine(str(model_dir), device="cpu")
-    assert engine.table_drafter is not None and engine.table_drafter in engine.drafters
-    ids = engine.prompt_ids("class Item0:\n    def __init__(self, name):\n        self.", "\n")
-    assert engine.generate(ids, 24, speculative=True) == engine.generate(ids, 24, speculative=False)
-    assert engine.spec_stats.to_json()["sources"]["table"]["drafted"] > 0
-
-
-def test_train_ngrams_refuses_a_missing_corpus(tmp_path, capsys):
-    assert main(["train", "ngrams", "--corpus", str(tmp_path / "nope"), "--save-to", str(tmp_path)]) == 2
-    assert "corpus folder not found" in capsys.readouterr().err
-
-
-def test_distilled_table_counts_the_models_own_greedy_choices(tmp_path, repeater_model_dir, code_corpus):
-    import shutil
-
-    model_dir = Path(shutil.copytree(repeater_model_dir, tmp_path / "repeater"))
-    assert main(["train", "ngrams", "--model", str(model_dir), "--corpus", str(code_corpus), "--min-count", "1",
-                 "--val-fraction", "0", "--distill-tokens", "300"]) == 0
-    engine = load_engine(str(model_dir), device="cpu")
-    x = engine.encode("x")[0]
-    context = engine.encode("class Item0:\n    def __init__(self, name):")
-    assert engine.table.guess(context) == (x, 1.0)  # the repeater writes "x" after anything

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import platform
+
+import pytest
+
+from memosight.engine.protocol import EngineError
 from memosight.engine.train.corpus import EXCLUDED_NAMES, build_corpus, read_folder, resolve_sources
 
 
@@ -40,6 +45,18 @@ def test_split_is_by_content_hash_and_deterministic(tmp_path):
 def test_stdlib_source_records_its_licence():
     (source,) = resolve_sources(["stdlib"])
     assert source.licence == "PSF-2.0" and (source.root / "textwrap.py").exists()
+    assert source.origin == f"Python {platform.python_version()} standard library"
+
+
+def test_sources_are_named_by_package_and_version():
+    import pytest as installed
+
+    by_name = {s.name: s for s in resolve_sources(["site"])}
+    assert by_name["_pytest"].origin == f"_pytest from pytest {installed.__version__} (site-packages)"
+    (folder,) = resolve_sources([str(by_name["_pytest"].root)])
+    assert folder.origin == "_pytest (a folder given on the command line)"
+    with pytest.raises(EngineError, match="corpus folder not found"):
+        resolve_sources(["/no/such/folder"])
 
 
 def test_read_folder_keeps_everything_for_evaluation(tmp_path):

@@ -45,14 +45,14 @@ def test_finetune_learns_the_middle_and_resumes_exactly(tmp_path, tiny_model_dir
 
     def killed_after_checkpoint(state, loss):
         if state.step == 3:
-            F.save_state(tmp_path, part.model, part_opt, part_cfg, state)
+            F.save_checkpoint(tmp_path, part.model, part_opt, part_cfg, state)
             raise KeyboardInterrupt
 
     part, part_cfg, part_opt = fresh()
     with pytest.raises(KeyboardInterrupt):
         F.finetune(part.model, rows, pad, part_cfg, F.FinetuneState(), part_opt, killed_after_checkpoint)
     again, _, again_opt = fresh()
-    cfg_loaded, state_loaded = F.load_state(tmp_path, again.model, again_opt)
+    cfg_loaded, state_loaded = F.load_checkpoint(tmp_path, again.model, again_opt)
     assert state_loaded.step == 3
     F.finetune(again.model, rows, pad, cfg_loaded, state_loaded, again_opt)
     for a, b in zip(whole.model.parameters(), again.model.parameters()):

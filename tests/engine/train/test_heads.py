@@ -1,32 +1,34 @@
-import json
+"""Training draft heads: separate blocks that start as identity, and a loop that resumes exactly."""
 
+import pytest
 import torch
 
 from memosight.engine import load_engine
-from memosight.engine.drafts.heads import DraftHeads, HeadsConfig
-from memosight.server.cli import main
+from memosight.engine.train import heads as H
 
 
-def test_blocks_are_separate_modules_and_start_as_identity():
-    heads = DraftHeads(HeadsConfig(hidden_size=8, num_heads=3, num_layers=2))
-    blocks = [b for head in heads.heads for b in head]
-    assert len({id(b) for b in blocks}) == 6
-    x = torch.randn(2, 8)
-    assert torch.equal(heads(x), torch.stack([x, x, x]))
+def test_a_run_killed_after_its_checkpoint_resumes_where_an_uninterrupted_one_ends(tmp_path, tiny_model_dir):
+    engine = load_engine(str(tiny_model_dir), device="cpu", dtype="float32")
+    windows = H.windows_from_texts(engine.tokenizer, [f"def f{i}(x):\n    return x * {i}\n" * 4 for i in range(8)],
+                                   16, min(engine.eos_ids))
+    cfg = H.HeadsTrainConfig(num_heads=2, seq_len=16, batch=2, steps=4, warmup=1, positions=8, checkpoint_every=2)
 
+    def fresh():
+        heads = H.new_heads(engine.model, cfg)
+        return heads, H.make_optimizer(heads, cfg)
 
-def test_train_heads_runs_resumes_and_ships_beside_the_model(tmp_path, own_model_dir, code_corpus):
-    model_dir, corpus = own_model_dir, code_corpus
-    common = ["train", "heads", "--model", str(model_dir), "--corpus", str(corpus), "--out", str(tmp_path / "run"),
-              "--seq-len", "64", "--batch", "2", "--heads", "3", "--checkpoint-every", "2"]
-    assert main(common + ["--steps", "2"]) == 0
-    first = torch.load(tmp_path / "run" / "heads_state.pt", weights_only=False)["state"]
-    assert first["step"] == 2
-    assert main(common + ["--steps", "4", "--resume"]) == 0
-    report = json.loads((tmp_path / "run" / "heads_report.json").read_text())
-    assert report["steps"] == 4 and len(report["heads"]) == 3
-    assert all(0.0 <= h["top1"] <= h["top3"] <= 1.0 for h in report["heads"])
-    engine = load_engine(str(model_dir), device="cpu")
-    assert engine.heads is not None and engine.heads.config.num_heads == 3
-    ids = engine.prompt_ids("def add(a, b):\n    return", "")
-    assert engine.generate(ids, 12) == engine.generate(ids, 12, speculative=False)
+    whole, whole_opt = fresh()
+    H.train_heads(engine.model, whole, windows, cfg, H.HeadsState(), whole_opt, save=lambda state: None)
+
+    def killed_after_checkpoint(state):
+        H.save_checkpoint(tmp_path, part, part_opt, state)
+        raise KeyboardInterrupt
+
+    part, part_opt = fresh()
+    with pytest.raises(KeyboardInterrupt):
+        H.train_heads(engine.model, part, windows, cfg, H.HeadsState(), part_opt, save=killed_after_checkpoint)
+    again, again_opt = fresh()
+    state = H.load_checkpoint(tmp_path, again, again_opt)
+    assert state.step == 2
+    H.train_heads(engine.model, again, windows, cfg, state, again_opt, save=lambda state: None)
+    assert all(torch.equal(a, b) for a, b in zip(whole.parameters(), again.parameters()))

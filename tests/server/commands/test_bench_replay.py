@@ -34,7 +34,7 @@ def test_short_replay_reports_every_figure(tmp_path, tiny_model_dir):
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["requests"] > 0 and result["answered"] > 0
     assert result["latency_ms"]["p50"] is not None
-    assert 0.0 <= result["kv_cache_share"] <= 1.0
+    assert result["kv_cache_share"] > 0.5  # typing extends the prompt: most of it comes from the KV cache
     assert result["stale_suggestions"] == 0
     for key in ("typed_through_share", "chars_saved_share", "server_superseded", "cancelled_by_client"):
         assert key in result

@@ -1,20 +1,9 @@
 import json
 from pathlib import Path
 
-import pytest
-
 from memosight.server.cli import main
-from memosight.server.commands.cursor import parse_cursor
 
 SAMPLE = Path(__file__).parents[2] / "data" / "sample.py"
-
-
-def test_cursor_argument_is_one_based():
-    cursor = parse_cursor("a/b.py:3:7")
-    assert (cursor.path, cursor.line, cursor.column) == (Path("a/b.py"), 3, 7)
-    for bad in ("a.py:3", "a.py:0:1", "a.py:x:1"):
-        with pytest.raises(Exception):
-            parse_cursor(bad)
 
 
 def test_complete_prints_the_suggestion_and_its_latency(capsys, repeater_model_dir):

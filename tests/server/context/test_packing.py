@@ -1,10 +1,11 @@
-"""The packer: budgets, elision markers, needles, stability while typing, fallbacks."""
+"""The compressor: budgets, elision markers, needles, stability while typing, fallbacks."""
 
 import re
 
 import pytest
 
-from memosight.server.context.packing import ContextCompressor, truncate_around_cursor
+from memosight.server.context.packing import ContextCompressor
+from memosight.server.context.truncation import truncate_around_cursor
 from memosight.server.documents import Document, Position
 
 WORDS = lambda text: len(text.split())  # noqa: E731 - a stand-in for the model's tokenizer
@@ -186,13 +187,6 @@ def test_files_with_syntax_errors_still_produce_context():
     packed = ContextCompressor().build(doc, len(text), 200, 0.25, PIECES)
     assert packed.prefix.endswith("x = helper_2(LIMIT") and packed.prompt_tokens <= 200
     assert "def helper_2(value, scale=2):" in packed.prefix
-
-
-def test_truncation_baseline_keeps_whole_lines_around_the_cursor():
-    text = "".join(f"x{i} = {i}\n" for i in range(100))
-    cursor = text.index("x50")
-    packed = truncate_around_cursor(text, cursor, 40, 0.25, WORDS)
-    assert packed.prompt_tokens <= 40 and packed.prefix.endswith("x49 = 49\n") and packed.suffix.startswith("x50")
 
 
 def test_a_name_typed_while_inside_a_function_brings_its_definition_in():

@@ -28,13 +28,19 @@ the workspace, whose unopened files may give definitions too (as in the server).
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import re
 import statistics
-import sys
 import time
 from pathlib import Path
+
+from ..context.languages import LANGUAGES_BY_SUFFIX
+from ..context.packing import ContextCompressor
+from ..context.regions import analyze, identifiers
+from ..context.truncation import truncate_around_cursor
+from ..context.workspace import WorkspaceIndex
+from ..documents import Document, Position
+from .common import CommandError, add_json_argument, print_result
 
 FAR_LINES = 30  # an identifier is "far" when it first appears more than this many lines above the cursor
 LONG_FILE_LINES = 600  # "where the file is long": truncation at 512 tokens shows a few percent of it
@@ -56,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model folder or Hugging Face id (default: the embedded model)")
     parser.add_argument("--device", help="auto, cpu, cuda")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
 
 
 def proxy_tokens(text: str) -> list[str]:
@@ -64,24 +70,18 @@ def proxy_tokens(text: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .languages import LANGUAGES_BY_SUFFIX
-    from ..documents import Document
-
     corpus = Path(args.corpus)
     if not corpus.is_dir():
-        print(f"memosight: {corpus} is not a folder; fetch real code first, e.g.\n"
-              "  pip download --no-deps attrs click requests -d /tmp/w && unzip /tmp/w/*.whl -d DIR",
-              file=sys.stderr)
-        return 2
+        raise CommandError(f"{corpus} is not a folder; fetch real code first, e.g.\n"
+                           "  pip download --no-deps attrs click requests -d /tmp/w && unzip /tmp/w/*.whl -d DIR")
     engine = None
     if not args.no_model:
-        from memosight.engine import load_engine
+        from memosight.engine import load_engine  # torch: only when a model is wanted
 
         try:
             engine = load_engine(args.model, device=args.device)
         except Exception as exc:  # noqa: BLE001 - one clear line instead of a traceback
-            print(f"memosight: {exc} (use --no-model to run without one)", file=sys.stderr)
-            return 2
+            raise CommandError(f"{exc} (use --no-model to run without one)") from exc
     count_tokens = engine.count_tokens if engine else (lambda text: len(proxy_tokens(text)))
     encode = engine.encode if engine else proxy_tokens
 
@@ -93,28 +93,18 @@ def run(args: argparse.Namespace) -> int:
             if text.count("\n") >= 80:
                 files.append(Document(path.resolve().as_uri(), text, language))
     if not files:
-        print(f"memosight: no source files of 80+ lines under {corpus}", file=sys.stderr)
-        return 2
+        raise CommandError(f"no source files of 80+ lines under {corpus}")
     rng = random.Random(args.seed)
     out = {"corpus": str(corpus), "files": len(files), "budget": args.budget,
            "tokens": "model" if engine else "proxy (--no-model)"}
     out.update(_recall_and_match(files, args, count_tokens, engine, rng))
     out.update(_needles(files, args, count_tokens))
     out.update(_typing(files, args, count_tokens, encode))
-    if args.json:
-        print(json.dumps(out))
-    else:
-        _print_table(out)
+    print_result(out, args.json, _table)
     return 0
 
 
 # --- measurements -------------------------------------------------------------------------------
-
-def _settings(args):
-    from ..config import Settings
-
-    return Settings(context_budget=args.budget, suffix_share=args.suffix_share)
-
 
 def _open_files(doc, files, limit: int) -> list:
     """The files a user working on `doc` would have open: its package, those it imports first."""
@@ -137,8 +127,6 @@ def _is_code(tree, row: int, line: str) -> bool:
 
 
 def _far_identifiers(lines: list[str], row: int, true_line: str, language: str, other_names: set[str]) -> set[str]:
-    from .regions import identifiers
-
     first_seen: dict[str, int] = {}
     for i, line in enumerate(lines[:row]):
         for name in identifiers(line):
@@ -149,8 +137,6 @@ def _far_identifiers(lines: list[str], row: int, true_line: str, language: str, 
 
 def _origin_lines(lines: list[str], row: int, names: set[str]) -> dict[str, str]:
     """For each name first seen in this file more than FAR_LINES above `row`: that first line, stripped."""
-    from .regions import identifiers
-
     out: dict[str, str] = {}
     for i, line in enumerate(lines[:max(0, row - FAR_LINES)]):
         for name in identifiers(line) & names:
@@ -160,11 +146,6 @@ def _origin_lines(lines: list[str], row: int, names: set[str]) -> dict[str, str]
 
 
 def _recall_and_match(files, args, count_tokens, engine, rng) -> dict:
-    from ..documents import Document
-    from .packing import ContextCompressor, truncate_around_cursor
-    from .regions import analyze, identifiers
-    from .workspace import WorkspaceIndex
-
     positions = []
     for doc in files:
         lines = doc.text.split("\n")
@@ -266,9 +247,6 @@ NEEDLE_HELPER = "def memosight_needle_helper(count, scale=3):\n    return count 
 def _needles(files, args, count_tokens) -> dict:
     """Python needles: a constant at the top of a file grown to thousands of lines, used at the end;
     and a helper defined in another open file, used at the cursor."""
-    from ..documents import Document
-    from .packing import ContextCompressor
-
     pythons = [f for f in files if f.language == "python"]
     compressor = ContextCompressor()
     cases = found = 0
@@ -299,9 +277,6 @@ def _needles(files, args, count_tokens) -> dict:
 
 def _typing(files, args, count_tokens, encode) -> dict:
     """Type lines of a 2,000-line file char by char; stability of the prompt prefix and build time."""
-    from ..documents import Document, Position
-    from .packing import ContextCompressor, truncate_around_cursor
-
     source = max((f for f in files if f.language == "python"), key=lambda f: f.text.count("\n"), default=None)
     if source is None:
         return {}
@@ -350,14 +325,14 @@ def _common_prefix(a: list, b: list) -> int:
     return n
 
 
-def _print_table(out: dict) -> None:
+def _table(out: dict) -> str:
     def fmt(value, pct=False):
         if value is None:
             return "-"
         return f"{value * 100:.1f}%" if pct else str(value)
 
-    print(f"context benchmark: {out['files']} files under {out['corpus']}, budget {out['budget']} tokens "
-          f"({out['tokens']})")
+    lines = [f"context benchmark: {out['files']} files under {out['corpus']}, budget {out['budget']} tokens "
+             f"({out['tokens']})"]
     rows = [("identifier recall (far, next line)", fmt(out.get("recall_compressed"), True),
              fmt(out.get("recall_truncated"), True),
              f"x{out['recall_ratio']}" if out.get("recall_ratio") else "-"),
@@ -380,9 +355,9 @@ def _print_table(out: dict) -> None:
              fmt(out.get("stability_truncated"), True), f"{out.get('typing_keystrokes', 0)} keystrokes"),
             ("build time p50 / p95 (ms)", f"{out.get('build_ms_p50')} / {out.get('build_ms_p95')}", "-",
              f"{out.get('file_lines')}-line file")]
-    print(f"{'':<36} {'compressed':>12} {'truncated':>12}   note")
-    for name, a, b, note in rows:
-        print(f"{name:<36} {a:>12} {b:>12}   {note}")
-    print(f"({out['positions']} cursor positions at code lines; {out['far_identifiers']} far identifiers, "
-          f"{out['far_only_identifiers']} of them absent from the 30 lines above)")
-    print("* the recall the 1.5x target is read against (see memosight bench context --help)")
+    lines.append(f"{'':<36} {'compressed':>12} {'truncated':>12}   note")
+    lines.extend(f"{name:<36} {a:>12} {b:>12}   {note}" for name, a, b, note in rows)
+    lines.append(f"({out['positions']} cursor positions at code lines; {out['far_identifiers']} far identifiers, "
+                 f"{out['far_only_identifiers']} of them absent from the 30 lines above)")
+    lines.append("* the recall the 1.5x target is read against (see memosight bench context --help)")
+    return "\n".join(lines)

@@ -1,12 +1,16 @@
-"""The speculative loop returns exactly the plain greedy tokens, in float32, on many prompts."""
+"""The speculative loop returns exactly the plain greedy tokens, in float32, on many prompts; its
+steps call every draft source; its controller decides how much to draft."""
 
 import numpy as np
 import pytest
 import torch
 
 from memosight.engine import load_engine
+from memosight.engine.drafts import DraftSource, DraftState, StepOutcome
 from memosight.engine.drafts.heads import DraftHeads, HeadDrafter, HeadsConfig
 from memosight.engine.drafts.ngram import NgramTable, TableDrafter
+from memosight.engine.speculate import DraftController, Speculator
+from memosight.engine.verify import Candidate
 
 PROMPTS = [
     "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return",
@@ -25,17 +29,16 @@ def with_random_heads(engine, seed: int = 0):
     heads = DraftHeads(HeadsConfig(engine.model.config.hidden_size, num_heads=4))
     for p in heads.parameters():
         torch.nn.init.normal_(p, std=0.5)
-    engine.heads = heads.eval()
-    engine.heads_drafter = HeadDrafter(heads, engine.model.get_output_embeddings(), min_prob=0.0)  # draft every guess
-    engine.drafters = [engine.heads_drafter, *engine.drafters]
+    drafter = HeadDrafter(heads.eval(), engine.model.get_output_embeddings(), min_prob=0.0)  # draft every guess
+    engine.speculator = Speculator([drafter, *engine.speculator.drafters])
     return engine
 
 
 def with_corpus_table(engine):
     """A corpus table counted on the test prompts themselves, drafting whenever the prompt has no match."""
     tokens = np.array([t for prompt in PROMPTS for t in engine.encode(prompt) + [0]])
-    engine.table_drafter = TableDrafter(NgramTable.build(tokens, max_order=3, min_count=1), min_joint=0.0)
-    engine.drafters = [*engine.drafters, engine.table_drafter]
+    table = TableDrafter(NgramTable.build(tokens, max_order=3, min_count=1), min_joint=0.0)
+    engine.speculator = Speculator([*engine.speculator.drafters, table])
     return engine
 
 
@@ -47,7 +50,7 @@ def test_speculative_equals_plain_greedy(tiny_models, arch):
         for limit in (1, 2, 5, 40):
             plain = engine.generate(ids, limit, speculative=False)
             assert engine.generate(ids, limit, speculative=True) == plain, (prompt, limit)
-    stats = engine.spec_stats.to_json()
+    stats = engine.speculator.to_json()
     assert stats["steps"] > 0 and stats["sources"]["heads"]["drafted"] > 0
     assert stats["sources"]["table"]["drafted"] > 0
 
@@ -66,7 +69,7 @@ def test_drafts_are_accepted_many_tokens_per_step(repeater_model_dir):
     ids = engine.encode("xxxxxxxxxxxx = 1\n")
     out = engine.generate(ids, 60)
     assert out == engine.generate(ids, 60, speculative=False)
-    stats = engine.spec_stats.to_json()
+    stats = engine.speculator.to_json()
     assert stats["tokens_per_step"] > 3  # n-gram drafts of "xxx..." are right every time
     assert stats["sources"]["ngram"]["accepted"] > 0
 
@@ -92,56 +95,20 @@ def test_cache_is_compacted_to_the_accepted_path(tiny_model_dir):
 
 
 def test_head_drafts_below_the_probability_floor_are_not_proposed(tiny_model_dir):
-    from memosight.engine.drafts import DraftState
-
     engine = with_random_heads(load_engine(str(tiny_model_dir), device="cpu"))
-    drafter = engine.heads_drafter
+    drafter = engine.speculator.drafter("heads")
     state = DraftState([1, 2, 3], torch.randn(engine.model.config.hidden_size), 3, max_len=8)
-    everything = drafter.propose(state)
+    drafts = lambda: [c for c in drafter.propose(state) if not c.hint]  # noqa: E731
+    everything = drafts()
     drafter.min_prob = 0.5
-    kept = drafter.propose(state)
+    kept = drafts()
     assert len(kept) < len(everything)
     assert all(c.score >= 0.5 for c in kept)
     drafter.min_prob = 1.01
-    assert drafter.propose(state) == []
-
-
-def _stream(pieces: list[str], stop, started: float, delay_s: float = 0.0):
-    """stream_text over `pieces` as if each were a token, `delay_s` apart."""
-    import time as _time
-
-    from memosight.engine.decode import StreamState, stream_text
-
-    def tokens():
-        for i in range(len(pieces)):
-            _time.sleep(delay_s)
-            yield i
-
-    state = StreamState(started=started)
-    text = "".join(stream_text(tokens(), lambda ids: "".join(pieces[i] for i in ids), stop, set(), state))
-    return text, state
-
-
-def test_a_multi_line_completion_over_its_time_budget_ends_at_its_last_complete_line():
-    import time as _time
-
-    from memosight.engine.request import StopRule
-
-    pieces = ["    a = 1", "\n", "    b = ", "2", "\n", "    c = 3", "\n"]
-    budget = StopRule(block_indent=0, time_budget_ms=1.0)
-    text, state = _stream(pieces, budget, started=_time.perf_counter() - 1.0)  # already over
-    assert (text, state.stop_reason) == ("    a = 1", "time_budget")
-    relaxed = StopRule(block_indent=0, time_budget_ms=60_000.0)
-    text, state = _stream(pieces, relaxed, started=_time.perf_counter())
-    assert text == "    a = 1\n    b = 2\n    c = 3\n" and state.stop_reason == "max_tokens"
-    single = StopRule(single_line=True, time_budget_ms=1.0)  # single lines are short: no budget
-    text, state = _stream(pieces, single, started=_time.perf_counter() - 1.0)
-    assert (text, state.stop_reason) == ("    a = 1", "newline")
+    assert drafts() == []
 
 
 def test_a_source_that_costs_more_time_than_its_tokens_save_is_paused():
-    from memosight.engine.decode import DraftController
-
     controller = DraftController(min_asks=4, source_backoff=10)
     controller.record_step(0.010, 2)  # 5 ms a token
     for _ in range(4):
@@ -152,8 +119,6 @@ def test_a_source_that_costs_more_time_than_its_tokens_save_is_paused():
 
 
 def test_a_cheap_source_is_not_paused_for_asks_that_found_nothing():
-    from memosight.engine.decode import DraftController
-
     controller = DraftController(min_asks=4)
     controller.record_step(0.010, 2)
     for _ in range(20):
@@ -162,8 +127,6 @@ def test_a_cheap_source_is_not_paused_for_asks_that_found_nothing():
 
 
 def test_a_source_that_keeps_losing_time_waits_longer_each_time():
-    from memosight.engine.decode import DraftController
-
     controller = DraftController(min_asks=2, source_backoff=4)
     controller.record_step(0.010, 2)
     pauses = []
@@ -176,8 +139,6 @@ def test_a_source_that_keeps_losing_time_waits_longer_each_time():
 
 
 def test_plain_fallback_comes_after_a_few_full_trees_miss_but_not_after_as_many_cheap_guesses():
-    from memosight.engine.decode import DraftController
-
     full = DraftController(max_nodes=16, patience=4, backoff=8)
     for _ in range(4):
         assert full.use_drafts()
@@ -192,3 +153,54 @@ def test_plain_fallback_comes_after_a_few_full_trees_miss_but_not_after_as_many_
     for _ in range(28):
         cheap.update(0, drafted_nodes=2)
     assert not cheap.use_drafts()
+
+
+class Recorder(DraftSource):
+    """A draft source that guesses a fixed continuation and records every call it gets."""
+
+    name = "recorder"
+
+    def __init__(self, guess: list[int]):
+        self.guess, self.asked, self.outcomes, self.finished = guess, 0, [], []
+
+    def propose(self, state: DraftState) -> list[Candidate]:
+        self.asked += 1
+        return [Candidate(self.guess[: state.max_len], self.name, score=0.95)]
+
+    def observe(self, outcome: StepOutcome) -> None:
+        self.outcomes.append(outcome)
+
+    def finish(self, tokens: list[int]) -> None:
+        self.finished.append(tokens)
+
+
+def test_a_new_source_is_one_class_in_the_list_and_observes_every_step(tiny_model_dir):
+    engine = load_engine(str(tiny_model_dir), device="cpu")
+    ids = engine.prompt_ids(PROMPTS[1], "")
+    plain = engine.generate(ids, 30, speculative=False)
+    recorder = Recorder(plain[1:9])  # right for a while after the first token, then wrong
+    engine.speculator = Speculator([recorder, *engine.speculator.drafters])
+    assert engine.generate(ids, 30) == plain
+    stats = engine.speculator.to_json()
+    assert stats["sources"]["recorder"]["accepted"] >= 7  # its right guesses were taken in one step
+    assert len(recorder.outcomes) == stats["steps"]  # observe: every step, asked or not
+    first = recorder.outcomes[0]
+    assert first.verified and first.accepted == plain[1:1 + len(first.accepted)]
+    assert first.next_token == plain[1 + len(first.accepted)]
+    assert recorder.asked <= stats["steps"]
+
+
+def test_hints_are_not_drafted_into_the_tree():
+    from memosight.engine.verify import build_tree
+
+    tree = build_tree(1, [Candidate([2, 3], "heads", hint=True), Candidate([4], "ngram")], max_nodes=8, max_depth=8)
+    assert tree.tokens == [1, 4]
+
+
+def test_a_finished_request_reaches_every_source(tiny_model_dir):
+    engine = load_engine(str(tiny_model_dir), device="cpu")
+    recorder = Recorder([])
+    engine.speculator = Speculator([recorder, *engine.speculator.drafters])
+    completion = engine.complete("def add(a, b):\n    return", "", max_new_tokens=6)
+    (tokens,) = recorder.finished
+    assert engine.decode(tokens).endswith(completion.text)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 from typing import Any
@@ -93,11 +94,14 @@ class LspProcess:
     async def stop(self) -> None:
         if self.proc is None:
             return
-        try:
-            await self.call("shutdown", None, timeout=10)
-            self.notify("exit", None)
-            await asyncio.wait_for(self.proc.wait(), 10)
-        except (Exception, asyncio.TimeoutError):
-            self.proc.kill()
+        if self.proc.returncode is None and not self.closed:
+            with contextlib.suppress(Exception, asyncio.TimeoutError):
+                await self.call("shutdown", None, timeout=10)
+                self.notify("exit", None)
+                await asyncio.wait_for(self.proc.wait(), 10)
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):  # it may have ended on its own meanwhile
+                self.proc.kill()
+            await self.proc.wait()
         if self._reader:
             self._reader.cancel()

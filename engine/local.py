@@ -1,0 +1,207 @@
+"""The in-process engine: a model and its tokenizer, the prompt cache, and the speculator."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import torch
+
+from . import kv
+from .drafts import build_drafters
+from .fim import FimTemplate, detect_template, end_token_ids, read_model_options, render_ids
+from .protocol import Completion, CompletionRequest, EngineSettings, StopRule, Stream
+from .speculate import Speculator, greedy_tokens
+from .stops import StreamState, stream_text
+
+log = logging.getLogger(__name__)
+
+
+class LocalEngine:
+    """Implements the Engine protocol in this process; `generate` and `complete` are the Python API."""
+
+    # Below this many new tokens a verification pass cannot pay for itself.
+    MIN_SPECULATIVE_TOKENS = 3
+
+    def __init__(self, model, tokenizer, device: torch.device, name: str, model_dir: str | None = None):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.device = device
+        self.name = name
+        self.model_dir = model_dir  # the local folder it came from (None for a hub id)
+        self.vocab: dict[str, int] = tokenizer.get_vocab()
+        self.fim: FimTemplate = detect_template(self.vocab)
+        self.fim_order = read_model_options(model_dir).get("fim_order", "psm") if self.fim.has_fim else "psm"
+        self.eos_ids = self._eos_ids()
+        self.end_ids = self.eos_ids | end_token_ids(self.fim, self.vocab)
+        self.prompt_cache = kv.PromptCache(kv.PrefixTree())
+        # Sliding-window caches drop old positions: no cropping, so no reuse and no tree verification.
+        self.can_speculate = kv.supports_reuse(model)
+        self.prompt_cache.reuse = self.can_speculate
+        self.speculator = Speculator(build_drafters(model, Path(model_dir) if model_dir else None))
+        self.settings = EngineSettings()
+        self._lock = threading.Lock()  # one model, one decoding loop at a time
+        self.latencies_ms: deque[float] = deque(maxlen=200)
+        self.requests = 0
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for source in (getattr(self.model.generation_config, "eos_token_id", None), self.tokenizer.eos_token_id):
+            if isinstance(source, int):
+                ids.add(source)
+            elif source:
+                ids.update(int(i) for i in source)
+        return ids
+
+    # --- tokens ---------------------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def prompt_ids(self, prefix: str, suffix: str = "") -> list[int]:
+        bos = self.tokenizer.bos_token_id if getattr(self.tokenizer, "add_bos_token", False) else None
+        ids = render_ids(self.fim, self.encode, self.vocab, prefix, suffix, bos_id=bos, order=self.fim_order)
+        if not ids:  # an empty file with a plain-prefix model: start from a document boundary
+            start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else min(self.eos_ids)
+            ids = [start]
+        return ids
+
+    # --- settings and caches --------------------------------------------------------------------
+
+    def configure(self, settings: EngineSettings) -> None:
+        self.settings = settings
+        self.prompt_cache.set_max_bytes(settings.kv_cache_bytes)
+        if settings.threads and self.device.type == "cpu" and torch.get_num_threads() != settings.threads:
+            torch.set_num_threads(settings.threads)
+
+    def reset_caches(self) -> None:
+        """Forget every cached prompt and draft (for cold-start measurements)."""
+        self.prompt_cache.forget_all()
+        self.speculator.reset()
+
+    @contextlib.contextmanager
+    def _clear_cache_on_error(self):
+        """A forward pass that fails half way (out of memory, say) leaves the cache out of step with
+        its token list: forget it rather than reuse it."""
+        try:
+            yield
+        except BaseException:
+            self.prompt_cache.clear()
+            raise
+
+    # --- decoding -------------------------------------------------------------------------------
+
+    def _tokens(self, input_ids: list[int], max_new_tokens: int, end_ids: set[int], cancel,
+                speculative: bool) -> Iterator[int]:
+        if speculative and self.can_speculate and max_new_tokens >= self.MIN_SPECULATIVE_TOKENS:
+            return self.speculator.tokens(self.model, self.prompt_cache, input_ids, max_new_tokens, end_ids, cancel)
+        return greedy_tokens(self.model, input_ids, max_new_tokens, end_ids, self.prompt_cache, cancel)
+
+    def generate(self, input_ids: list[int], max_new_tokens: int, *, speculative: bool = True) -> list[int]:
+        """Greedy decoding: the new tokens, ending at EOS (included) or at the limit. The same tokens
+        with speculative=True and False; only the time differs."""
+        if not input_ids:
+            raise ValueError("input_ids is empty: give at least one prompt token")
+        with self._lock, self._clear_cache_on_error():
+            return list(self._tokens(list(input_ids), max_new_tokens, self.eos_ids, None, speculative))
+
+    def stream(self, request: CompletionRequest) -> Stream:
+        return Stream(self._stream(request))
+
+    def _stream(self, request: CompletionRequest) -> Generator[str, None, Completion]:
+        start = time.perf_counter()
+        with self._lock, self._clear_cache_on_error():
+            if request.options.cold:
+                self.reset_caches()
+            ids = self.prompt_ids(request.prefix, request.suffix)
+            state = StreamState(started=start)
+            reused_before = self.prompt_cache.reused_tokens
+            first_ms = None
+            tokens = self._tokens(ids, request.max_new_tokens, self.end_ids, request.cancel,
+                                  self.settings.speculative)
+            for piece in stream_text(tokens, self.decode, request.stop, self.end_ids, state):
+                if first_ms is None:
+                    first_ms = (time.perf_counter() - start) * 1000
+                yield piece
+            # Across requests: the next keystroke often types the start of this suggestion.
+            self.speculator.finish(ids[-32:] + self.encode(state.text))
+            self.prompt_cache.remember()
+        latency = (time.perf_counter() - start) * 1000
+        if request.cancel.is_set():
+            state.stop_reason = "cancelled"
+        else:
+            self.latencies_ms.append(latency)
+        self.requests += 1
+        log.debug("%s completion: %d prompt tokens (%d cached), %d new, %.1f ms, stop %s", request.language or "?",
+                  len(ids), self.prompt_cache.reused_tokens - reused_before, state.tokens, latency,
+                  state.stop_reason)
+        return Completion(state.text, state.tokens, len(ids), latency, first_ms if first_ms is not None else latency,
+                          state.stop_reason, self.prompt_cache.reused_tokens - reused_before)
+
+    def complete(self, prefix: str, suffix: str = "", *, max_new_tokens: int = 64, single_line: bool = False,
+                 language: str = "", stop: StopRule | None = None) -> Completion:
+        """The completion at a cursor between `prefix` and `suffix`, with its latency."""
+        if stop is None:
+            line_rest = suffix.split("\n", 1)[0]
+            stop = StopRule(single_line=single_line, suffix_line=line_rest)
+        return self.stream(CompletionRequest(prefix, suffix, language, max_new_tokens, stop)).result()
+
+    @torch.inference_mode()
+    def continuation_loss(self, prefix: str, suffix: str, continuation: str) -> tuple[float, int]:
+        """Negative log-likelihood (summed, nats) and token count of `continuation` written at the
+        cursor between `prefix` and `suffix`: how well a context predicts the true text, a finer
+        measure than exact match when a small model rarely gets a whole line right."""
+        prompt, target = self.prompt_ids(prefix, suffix), self.encode(continuation)
+        if not target:
+            return 0.0, 0
+        ids = torch.tensor([prompt + target], device=self.device)
+        with self._lock:
+            logits = self.model(ids).logits[0, len(prompt) - 1:-1].float()
+        loss = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):], reduction="sum")
+        return float(loss), len(target)
+
+    # --- status ---------------------------------------------------------------------------------
+
+    def status(self) -> dict:
+        lat = sorted(self.latencies_ms)
+        return {
+            "model": self.name,
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "fim_template": self.fim.name,
+            "fim_order": self.fim_order,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "requests": self.requests,
+            "latency_ms": {
+                "last": round(self.latencies_ms[-1], 2) if lat else None,
+                "p50": round(lat[len(lat) // 2], 2) if lat else None,
+                "p95": round(lat[min(len(lat) - 1, int(len(lat) * 0.95))], 2) if lat else None,
+            },
+            "speculative": {"enabled": self.settings.speculative,
+                            "heads": self.speculator.drafter("heads") is not None, **self.speculator.to_json()},
+            "cache": self.prompt_cache.to_json(),
+        }
+
+    def close(self) -> None:
+        """Drop the caches and the model's weights; what is left can be garbage-collected."""
+        with self._lock:
+            self.prompt_cache.forget_all()
+            self.speculator.reset()
+            self.model = None
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()

@@ -1,0 +1,124 @@
+"""The one door between the server and the engine: the records that cross it and the Engine protocol.
+
+The server imports this module (and `load_engine`) and nothing else of the engine, so no torch here.
+Every engine implements `Engine`: the in-process one (local.py), the test double in the tests, and
+engines that call a serving engine over HTTP.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+class EngineError(RuntimeError):
+    """A problem the user can fix (a missing model folder, an unknown device); the message says how."""
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """Where a completion must end, besides EOS and the token limit."""
+
+    single_line: bool = False  # stop at the first newline (the newline is not part of the text)
+    suffix_line: str = ""  # the rest of the cursor's line: never generate it again
+    next_suffix_line: str = ""  # the first non-blank line after the cursor: stop before repeating it
+    stop_strings: tuple[str, ...] = ()  # extra strings that end the completion (not included)
+    block_indent: int = -1  # multi-line: a later non-blank line indented this much or less ends the block
+    # Multi-line: once this many milliseconds have passed since the request started, end at the last
+    # complete line (0 = no budget). A shorter suggestion now beats a longer one late.
+    time_budget_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    """Per-request choices that are not about the text."""
+
+    cold: bool = False  # forget cached prompts and drafts first (cold-start measurements)
+
+
+@dataclass
+class CompletionRequest:
+    prefix: str  # the (packed) text before the cursor
+    suffix: str = ""  # the (packed) text after it
+    language: str = ""  # the document's language id, for engines that use it (and their logs)
+    max_new_tokens: int = 64
+    stop: StopRule = field(default_factory=StopRule)
+    # Set by the server when the request is superseded or cancelled; checked between decode steps.
+    cancel: threading.Event = field(default_factory=threading.Event)
+    options: RequestOptions = field(default_factory=RequestOptions)
+
+
+@dataclass
+class Completion:
+    """What one request produced, with the figures the status and benchmarks report."""
+
+    text: str
+    tokens: int  # new tokens generated (including any cut by the stop rules)
+    prompt_tokens: int
+    latency_ms: float  # request start to last token
+    first_token_ms: float
+    # "eos" | "max_tokens" | "newline" | "suffix" | "stop_string" | "block_end" | "cancelled" | "time_budget"
+    stop_reason: str
+    reused_tokens: int = 0  # prompt tokens served from the KV cache instead of prefilled
+
+
+class Stream(Iterator[str]):
+    """Text pieces as the engine accepts tokens; once exhausted, `completion` holds the result.
+
+    Wraps a generator that yields the pieces and returns the Completion. Closing the stream early
+    (or dropping it) ends the generation and frees the engine.
+    """
+
+    def __init__(self, pieces: Generator[str, None, Completion]):
+        self._pieces = pieces
+        self.completion: Completion | None = None
+
+    def __iter__(self) -> Stream:
+        return self
+
+    def __next__(self) -> str:
+        try:
+            return next(self._pieces)
+        except StopIteration as done:
+            self.completion = done.value
+            raise
+
+    def close(self) -> None:
+        self._pieces.close()
+
+    def result(self) -> Completion:
+        """Read the rest of the stream and return its Completion."""
+        for _ in self:
+            pass
+        assert self.completion is not None, "the engine's stream returned no Completion"
+        return self.completion
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Everything the server sets on a running engine, in one call (no reload needed)."""
+
+    speculative: bool = True  # speculative decoding (the same tokens as greedy, faster)
+    kv_cache_bytes: int = 256 * 2**20  # memory bound of the cache of earlier prompts
+    threads: int | None = None  # CPU threads for decoding; None = the engine's own choice
+
+
+@runtime_checkable
+class Engine(Protocol):
+    def count_tokens(self, text: str) -> int:
+        """How many model tokens `text` is (the context packer budgets in these)."""
+
+    def stream(self, request: CompletionRequest) -> Stream:
+        """Generate the completion at the request's cursor, piece by piece; stops early when
+        `request.cancel` is set."""
+
+    def status(self) -> dict:
+        """What the status request shows: model, device, dtype, cache and decoding figures."""
+
+    def configure(self, settings: EngineSettings) -> None:
+        """Apply settings that change without reloading the model."""
+
+    def close(self) -> None:
+        """Free the model and its caches; the engine is not used again."""

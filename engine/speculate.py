@@ -1,0 +1,301 @@
+"""Decoding: the speculative step in named steps, and the plain greedy loop beside it.
+
+One speculative step, in the order of the seeds and of Medusa:
+  propose  every draft source guesses continuations of the text so far
+  build    the guesses merge into one tree under the certain next token
+  verify   the base model runs the whole tree in one forward pass
+  accept   the longest path that greedy decoding agrees with
+  commit   the KV cache keeps that path and drops the rest
+  observe  every source learns what was accepted
+The tokens are exactly those `greedy_tokens` produces; only the number of forward passes differs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from . import kv
+from .drafts import DraftSource, DraftState, DraftStats, StepOutcome
+from .verify import Candidate, DraftTree, accept_longest_path, build_tree, tree_attention_mask
+
+
+@torch.inference_mode()
+def greedy_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids: set[int],
+                  prompt_cache: kv.PromptCache, cancel: threading.Event | None = None) -> Iterator[int]:
+    """Plain greedy decoding with a KV cache (the reference); yields each new token, EOS included."""
+    if max_new_tokens <= 0:
+        return
+    _, logits = prompt_cache.prefill_hidden(model, input_ids)
+    for step in range(max_new_tokens):
+        if cancel is not None and cancel.is_set():
+            return
+        token = int(torch.argmax(logits))
+        yield token
+        if token in eos_ids or step == max_new_tokens - 1:
+            return
+        logits = prompt_cache.append(model, token)
+
+
+@dataclass
+class SpecStats:
+    """Figures of the speculative loop, kept across requests for status and benchmarks."""
+
+    steps: int = 0  # verification passes (each emits at least one token)
+    plain_steps: int = 0  # steps taken without drafts (nothing drafted, or backed off)
+    tokens: int = 0
+    drafts: DraftStats = field(default_factory=DraftStats)
+
+    def to_json(self) -> dict:
+        return {
+            "steps": self.steps, "plain_steps": self.plain_steps, "tokens": self.tokens,
+            "tokens_per_step": round(self.tokens / self.steps, 3) if self.steps else 0.0,
+            "sources": self.drafts.to_json(),
+            "verify_steps": self.steps - self.plain_steps,
+        }
+
+
+class DraftController:
+    """Adapts the tree size to recent acceptance and backs off to plain decoding when drafts keep
+    failing, since a verification pass that accepts nothing costs more than a plain step."""
+
+    def __init__(self, max_nodes: int = 16, min_nodes: int = 4, patience: int = 4, backoff: int = 8,
+                 min_source_rate: float = 0.05, source_backoff: int = 32, min_asks: int = 8,
+                 rate_memory: float = 0.9):
+        self.max_nodes, self.min_nodes = max_nodes, min_nodes
+        self.nodes = max_nodes
+        self.patience, self.backoff = patience, backoff
+        self.misses = 0.0  # consecutive rejected steps, weighted by their tree size
+        self.plain_left = 0
+        # Per source: a running acceptance rate of its drafted nodes; a source below
+        # min_source_rate only grows the tree, so it sits out source_backoff steps, then tries again.
+        self.min_source_rate, self.source_backoff = min_source_rate, source_backoff
+        self.source_rate: dict[str, float] = {}
+        # How much of the running rate each step keeps: at 0.9 a source right a third of the time
+        # needs ~19 misses in a row to look useless, not 7 (cheap guesses miss in runs, then hit).
+        self.rate_memory = rate_memory
+        self.source_pause: dict[str, int] = {}
+        # Per source, in time: what asking it costs (its propose call) against the decoding time its
+        # accepted tokens save. A source whose guesses are right but dear to make (the heads run the
+        # vocabulary projection K times) can lose time even with a good acceptance rate.
+        self.min_asks = min_asks
+        self.ask_seconds: dict[str, float] = {}
+        self.ask_gain: dict[str, float] = {}  # tokens accepted per ask
+        self.asks: dict[str, int] = {}
+        self.time_pause: dict[str, int] = {}  # doubles while a source keeps losing time, up to max_time_pause
+        self.max_time_pause = 1024
+        self.seconds_per_token = 0.0
+
+    def allows(self, source: str) -> bool:
+        left = self.source_pause.get(source, 0)
+        if left > 0:
+            self.source_pause[source] = left - 1
+            return False
+        return True
+
+    def update_source(self, source: str, drafted: int, accepted: int) -> None:
+        if drafted == 0:
+            return
+        keep = self.rate_memory
+        rate = keep * self.source_rate.get(source, 0.3) + (1 - keep) * (accepted / drafted)
+        self.source_rate[source] = rate
+        if rate < self.min_source_rate:
+            self.source_pause[source] = self.source_backoff
+            self.source_rate[source] = 0.3  # a fresh chance after the pause
+
+    def record_step(self, seconds: float, tokens: int) -> None:
+        per_token = seconds / max(1, tokens)
+        self.seconds_per_token = per_token if not self.seconds_per_token else \
+            0.9 * self.seconds_per_token + 0.1 * per_token
+
+    def update_ask(self, source: str, seconds: float, accepted: int) -> None:
+        """After a step that asked `source`: pause it when its guesses save less time than they cost."""
+        n = self.asks.get(source, 0) + 1
+        self.asks[source] = n
+        self.ask_seconds[source] = seconds if n == 1 else 0.9 * self.ask_seconds[source] + 0.1 * seconds
+        self.ask_gain[source] = accepted if n == 1 else 0.9 * self.ask_gain[source] + 0.1 * accepted
+        if n < self.min_asks:
+            return
+        # The saving of an accepted token is roughly a decoding step's share per token; the drafted
+        # nodes cost verification time too, hence the margin. A cheap source (an n-gram lookup) is
+        # never paused for this: asking it in vain loses next to nothing.
+        loss = 1.5 * self.ask_seconds[source] - self.ask_gain[source] * self.seconds_per_token
+        if loss > 0.1 * self.seconds_per_token:
+            pause = self.time_pause.get(source, self.source_backoff)
+            self.source_pause[source] = pause
+            self.time_pause[source] = min(2 * pause, self.max_time_pause)  # each failed retry waits longer
+            self.asks[source] = 0  # a fresh measurement after the pause
+        else:
+            self.time_pause[source] = self.source_backoff
+
+    def use_drafts(self) -> bool:
+        if self.plain_left > 0:
+            self.plain_left -= 1
+            return False
+        return True
+
+    def update(self, accepted_drafts: int, drafted_nodes: int | None = None) -> None:
+        if accepted_drafts == 0:
+            # A miss weighs what its tree cost: a full tree counts 1, a two-node guess 1/8, so cheap
+            # guesses (the corpus table's) keep coming through a run of misses that big trees would not.
+            drafted = self.max_nodes if drafted_nodes is None else drafted_nodes
+            self.misses += min(1.0, drafted / self.max_nodes)
+            self.nodes = max(self.min_nodes, self.nodes // 2)
+            if self.misses >= self.patience:
+                self.plain_left, self.misses = self.backoff, 0
+        else:
+            self.misses = 0
+            self.nodes = min(self.max_nodes, self.nodes + 4 * accepted_drafts)
+
+    def reset(self) -> None:
+        self.nodes, self.misses, self.plain_left = self.max_nodes, 0, 0
+
+
+@dataclass
+class Verified:
+    """One verification pass over a draft tree."""
+
+    tree: DraftTree
+    hidden: torch.Tensor  # (N, H) the base model's last hidden state after each node
+    logits: torch.Tensor  # (N, V) its logits there
+    greedy_next: list[int]  # its greedy choice after each node
+    past: int  # cached positions before the tree
+
+
+class Speculator:
+    """Owns the draft sources, the controller that decides how much to draft, and the statistics;
+    runs the speculative loop."""
+
+    def __init__(self, drafters: list[DraftSource], controller: DraftController | None = None):
+        # A standby source is asked only when nothing asked before it has a guess: the cheap sources
+        # first, then (in the list's order) the corpus table before the heads.
+        self.drafters = sorted(drafters, key=lambda d: d.standby)
+        self.controller = controller or DraftController()
+        self.stats = SpecStats()
+
+    def drafter(self, name: str) -> DraftSource | None:
+        return next((d for d in self.drafters if d.name == name), None)
+
+    @torch.inference_mode()
+    def tokens(self, model, prompt_cache: kv.PromptCache, input_ids: list[int], max_new_tokens: int,
+               eos_ids: set[int], cancel: threading.Event | None = None) -> Iterator[int]:
+        """Greedy decoding that verifies a tree of drafted tokens per forward pass."""
+        if max_new_tokens <= 0:
+            return
+        hidden_last, logits = prompt_cache.prefill_hidden(model, input_ids)
+        context = list(input_ids)
+        produced = 0
+        self.controller.reset()
+        while True:
+            if cancel is not None and cancel.is_set():
+                return
+            root = int(torch.argmax(logits))
+            remaining = max_new_tokens - produced
+            state = DraftState(context + [root], hidden_last, len(input_ids), max_len=remaining - 1)
+            if root in eos_ids or remaining == 1:  # the last token: nothing left to draft for
+                self.stats.steps += 1
+                self.stats.plain_steps += 1
+                self.stats.tokens += 1
+                self.observe(StepOutcome(state, {}, [], root, verified=False))
+                yield root
+                return
+            started = time.perf_counter()
+            proposals, asked = self.propose(state)
+            tree = build_tree(root, [c for cs in proposals.values() for c in cs],
+                              max_nodes=self.controller.nodes + 1, max_depth=remaining - 1)
+            verified = self.verify(model, prompt_cache, tree, hidden_last)
+            path = accept_longest_path(tree, verified.greedy_next)
+            self.commit(prompt_cache, verified, path)
+            accepted = [tree.tokens[i] for i in path]
+            self.account(tree, path, asked, time.perf_counter() - started)
+            self.observe(StepOutcome(state, proposals, accepted[1:], verified.greedy_next[path[-1]],
+                                     verified=len(tree) > 1))
+            context.extend(accepted)
+            prompt_cache.tokens = list(context)
+            for token in accepted:
+                produced += 1
+                self.stats.tokens += 1
+                yield token
+                if token in eos_ids or produced >= max_new_tokens:
+                    return
+            logits = verified.logits[path[-1]]
+            hidden_last = verified.hidden[path[-1]]
+
+    def propose(self, state: DraftState) -> tuple[dict[str, list[Candidate]], dict[str, float]]:
+        """Each source's guesses (standby sources only while nothing else has one), and the seconds
+        each propose call took."""
+        proposals: dict[str, list[Candidate]] = {}
+        asked: dict[str, float] = {}
+        if not self.controller.use_drafts():
+            return proposals, asked
+        drafted = False
+        for drafter in self.drafters:
+            if (not drafter.standby or not drafted) and self.controller.allows(drafter.name):
+                started = time.perf_counter()
+                proposals[drafter.name] = guesses = drafter.propose(state)
+                asked[drafter.name] = time.perf_counter() - started
+                drafted = drafted or any(not c.hint for c in guesses)
+        return proposals, asked
+
+    @staticmethod
+    def verify(model, prompt_cache: kv.PromptCache, tree: DraftTree, hidden_last: torch.Tensor) -> Verified:
+        """One forward pass over every node of the tree, each seeing only its ancestors."""
+        past = kv.cached_length(prompt_cache.cache)
+        device = hidden_last.device
+        ids = torch.tensor([tree.tokens], device=device)
+        if len(tree) == 1:
+            hidden = kv.forward_hidden(model, ids, prompt_cache.cache)
+        else:
+            positions = torch.tensor([[past + d for d in tree.depths]], device=device)
+            mask = tree_attention_mask(tree, past, hidden_last.dtype, device)
+            hidden = kv.forward_hidden(model, ids, prompt_cache.cache, attention_mask=mask, position_ids=positions)
+        # Only the argmax matters here; models with a final logit scale or soft-cap apply a monotonic
+        # function, which leaves it unchanged.
+        logits = model.get_output_embeddings()(hidden[0])  # (N, V)
+        return Verified(tree, hidden[0], logits, logits.argmax(dim=-1).tolist(), past)
+
+    @staticmethod
+    def commit(prompt_cache: kv.PromptCache, verified: Verified, path: list[int]) -> None:
+        """Keep the accepted path's entries in the KV cache, drop the other nodes'."""
+        if len(verified.tree) > 1:
+            kv.keep_positions(prompt_cache.cache, verified.past, [verified.past + i for i in path])
+
+    def account(self, tree: DraftTree, path: list[int], asked: dict[str, float], seconds: float) -> None:
+        """Statistics, and the controller's view of which sources pay for their rows and their time."""
+        controller = self.controller
+        self.stats.steps += 1
+        self.stats.plain_steps += int(len(tree) == 1)
+        drafted = Counter(tree.sources[1:])
+        accepted = Counter(tree.sources[i] for i in path[1:])
+        for source, count in drafted.items():
+            self.stats.drafts.add(source, drafted=count, accepted=accepted[source])
+            controller.update_source(source, count, accepted[source])
+        controller.record_step(seconds, len(path))
+        for source, ask_seconds in asked.items():
+            controller.update_ask(source, ask_seconds, accepted[source])
+        if len(tree) > 1:
+            controller.update(len(path) - 1, len(tree) - 1)
+
+    def observe(self, outcome: StepOutcome) -> None:
+        for drafter in self.drafters:
+            drafter.observe(outcome)
+
+    def finish(self, tokens: list[int]) -> None:
+        """A request ended: the end of its prompt and its completion, for sources that keep them."""
+        for drafter in self.drafters:
+            drafter.finish(tokens)
+
+    def reset(self) -> None:
+        for drafter in self.drafters:
+            drafter.reset()
+
+    def to_json(self) -> dict:
+        out = self.stats.to_json()
+        for drafter in self.drafters:
+            out.update(drafter.stats())
+        return out

@@ -1,0 +1,327 @@
+"""Training the base model, nanoGPT's train.py: the knobs (`TrainConfig`), held-out evaluation, the
+flat training loop, its checkpoint, and `run_training`, a whole run from corpus to exported folder.
+
+A run resumes exactly: an epoch's data depends only on (seed, epoch), the checkpoint holds the
+weights, the optimizer and both RNG states, and the schedule is a function of the step (and of the
+time spent, which the checkpoint also holds), so a paused and resumed run ends bit for bit where an
+uninterrupted one does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..protocol import EngineError
+from ..threads import ThreadChooser
+from . import Progress, checkpoint
+from .corpus import Corpus, build_corpus, read_folder, resolve_sources
+from .data import epoch_windows, eval_windows, spread_sample
+from .export import export_model, folder_megabytes, model_card
+from .model import PRESETS, ModelConfig, build_model, count_params
+from .optim import Schedule, adamw, lr_at, set_lr
+from .tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+
+CHECKPOINT_FILE = "state.pt"  # in RUN/checkpoint/
+AUTO_THREADS_PROBE_EVERY = 40  # steps between tries of another thread count under --threads auto
+
+
+# ----------------------------------------------------------------------------- knobs
+@dataclass
+class TrainConfig:
+    seq_len: int = 1024  # tokens per training window
+    batch_size: int = 8  # windows per optimizer step
+    tokens: int = 20_000_000  # total training tokens; sets the number of steps and the LR schedule
+    lr: float = 2e-3  # peak learning rate (AdamW)
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    warmup_steps: int = 100  # linear warmup
+    weight_decay: float = 0.1  # on matrices only, not norms
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    fim_rate: float = 0.5  # share of samples in FIM format
+    spm_rate: float = 0.5  # share of FIM samples in SPM order (the rest PSM)
+    seed: int = 1337  # model init, data order and FIM splits
+    eval_every: int = 200  # steps between quick held-out evaluations
+    eval_tokens: int = 60_000  # held-out tokens for the quick evaluations
+    checkpoint_every: int = 100  # steps between checkpoints
+    bf16: bool = True  # bf16 autocast (CPU)
+    max_minutes: float = 0.0  # wall-clock budget: the LR decays to its floor and training stops by then; 0 = none
+
+    def steps(self) -> int:
+        return max(1, self.tokens // (self.batch_size * self.seq_len))
+
+    def schedule(self) -> Schedule:
+        return Schedule(self.lr, self.warmup_steps, self.steps(), self.min_lr_ratio, self.max_minutes)
+
+
+@dataclass
+class RunState:
+    """Everything a checkpoint holds besides the tensors; also what the model card reports."""
+
+    model_config: ModelConfig
+    train_config: TrainConfig
+    step: int = 0
+    tokens_seen: int = 0
+    train_seconds: float = 0.0  # wall time spent in the training loop, summed over resumes
+    command: list[str] = field(default_factory=list)  # one entry per launch (first, then resumes)
+    history: list[dict] = field(default_factory=list)  # quick evaluations: step, tokens, loss, accuracy
+    corpus: list[str] = field(default_factory=list)  # the --corpus values, reused on resume
+    val_fraction: float = 0.03  # share of files held out by content hash
+
+
+def make_optimizer(model, cfg: TrainConfig) -> torch.optim.AdamW:
+    return adamw(model.parameters(), cfg.lr, weight_decay=cfg.weight_decay, beta2=cfg.beta2,
+                 decay_matrices_only=True, fused=False)
+
+
+# ----------------------------------------------------------------------------- evaluation
+@dataclass
+class HeldOut:
+    loss: float  # mean next-token cross-entropy (nats)
+    accuracy: float  # top-1 next-token accuracy
+    tokens: int  # predictions scored
+
+
+@torch.no_grad()
+def evaluate(model, windows: torch.Tensor, batch_size: int = 8, autocast: bool = True) -> HeldOut:
+    model.eval()
+    total_loss, correct, count = 0.0, 0, 0
+    for i in range(0, len(windows), batch_size):
+        batch = windows[i : i + batch_size]
+        x, y = batch[:, :-1], batch[:, 1:]  # (B, T)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast and x.device.type == "cpu"):
+            logits = model(input_ids=x).logits  # (B, T, V)
+        logits = logits.float()
+        total_loss += F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum").item()
+        correct += (logits.argmax(-1) == y).sum().item()
+        count += y.numel()
+    model.train()
+    return HeldOut(total_loss / max(count, 1), correct / max(count, 1), count)
+
+
+# ----------------------------------------------------------------------------- the loop
+def train(model, tokenizer, train_texts: list[str], val_windows: torch.Tensor, state: RunState,
+          optimizer: torch.optim.Optimizer, save_checkpoint: Callable[[], None], log: Callable[[str], None],
+          stop_at_step: int | None = None, threads: ThreadChooser | None = None,
+          progress: Progress | None = None) -> None:
+    """The training loop. Resumes at `state.step`: the data of an epoch depends only on (seed, epoch).
+    `stop_at_step` pauses the run there (with a checkpoint), to be resumed later. `threads` picks
+    the CPU thread count of each step by measurement (None: leave it as it is)."""
+    cfg = state.train_config
+    schedule = cfg.schedule()
+    total_steps = cfg.steps()
+    last_step = min(total_steps, stop_at_step or total_steps)
+    windows_cache: dict[int, torch.Tensor] = {}
+
+    def windows_of(epoch: int) -> torch.Tensor:
+        if epoch not in windows_cache:
+            windows_cache.clear()
+            windows_cache[epoch] = epoch_windows(tokenizer, train_texts, cfg.seq_len, cfg.seed, epoch,
+                                                 cfg.fim_rate, cfg.spm_rate)
+        return windows_cache[epoch]
+
+    steps_per_epoch = max(1, len(windows_of(0)) // cfg.batch_size)
+    model.train()
+    started = time.time()
+    base_seconds = state.train_seconds
+    tokens_per_step = cfg.batch_size * cfg.seq_len
+    window_t0, window_step0 = time.time(), state.step
+    while state.step < last_step:
+        epoch, index = divmod(state.step, steps_per_epoch)
+        data = windows_of(epoch)
+        rows = torch.arange(index * cfg.batch_size, (index + 1) * cfg.batch_size) % len(data)
+        batch = data[rows]  # (B, T+1)
+        x, y = batch[:, :-1], batch[:, 1:]  # (B, T)
+
+        with threads.measured(1, restore=False) if threads else contextlib.nullcontext():
+            lr = lr_at(state.step, schedule, state.train_seconds)
+            set_lr(optimizer, lr)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+                logits = model(input_ids=x).logits  # (B, T, V)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+
+        state.step += 1
+        state.tokens_seen += tokens_per_step
+        state.train_seconds = base_seconds + (time.time() - started)
+        speed = (state.step - window_step0) * tokens_per_step / max(1e-6, time.time() - window_t0)
+        if progress:
+            figures = dict(loss=f"{loss.item():.3f}", lr=f"{lr:.1e}", tok_s=f"{speed:,.0f}", epoch=epoch)
+            if cfg.max_minutes:  # a bar's own ETA counts steps; a time budget ends the run sooner
+                figures["budget_left"] = f"{max(0.0, cfg.max_minutes - state.train_seconds / 60):.0f}min"
+            progress(state.step, total_steps, figures)
+        if state.step % 50 == 0:
+            window_t0, window_step0 = time.time(), state.step
+            steps_per_s = {t: round(1000 / ms, 3) for t, ms in threads.ms_per_unit.items()} if threads else {}
+            log(f"step {state.step}/{total_steps} epoch {epoch} loss {loss.item():.4f} lr {lr:.2e} "
+                f"tok/s {speed:,.0f} tokens {state.tokens_seen:,} elapsed {state.train_seconds / 60:.1f} min"
+                + (f" threads {threads.best} (steps/s by threads {steps_per_s})" if threads else ""))
+        if cfg.eval_every and (state.step % cfg.eval_every == 0 or state.step == total_steps):
+            result = evaluate(model, val_windows[: max(1, cfg.eval_tokens // (cfg.seq_len + 1))], autocast=cfg.bf16)
+            state.history.append({"step": state.step, "tokens": state.tokens_seen, "loss": round(result.loss, 4),
+                                  "accuracy": round(result.accuracy, 4)})
+            log(f"eval step {state.step}: held-out loss {result.loss:.4f} top-1 {result.accuracy:.4f}")
+        out_of_time = cfg.max_minutes and state.train_seconds > cfg.max_minutes * 60
+        if state.step % cfg.checkpoint_every == 0 or state.step == last_step or out_of_time:
+            save_checkpoint()
+        if out_of_time:
+            log(f"stopping at step {state.step}: the {cfg.max_minutes:g}-minute budget is spent")
+            break
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def save_checkpoint(path: Path, model, optimizer, state: RunState) -> None:
+    run_state = {**asdict(state), "model_config": asdict(state.model_config),
+                 "train_config": asdict(state.train_config)}
+    checkpoint.save(path / CHECKPOINT_FILE, "model", model, optimizer, run_state=run_state,
+                    rng={"torch": torch.get_rng_state(), "python": random.getstate()})
+
+
+def load_checkpoint(path: Path):
+    """-> (model, optimizer, RunState) restored exactly."""
+    payload = checkpoint.read(path / CHECKPOINT_FILE)
+    raw = payload["run_state"]
+    state = RunState(**{**raw, "model_config": ModelConfig(**raw["model_config"]),
+                        "train_config": TrainConfig(**raw["train_config"])})
+    model = build_model(state.model_config, seed=state.train_config.seed)
+    optimizer = make_optimizer(model, state.train_config)
+    checkpoint.restore(payload, "model", model, optimizer)
+    torch.set_rng_state(payload["rng"]["torch"])
+    random.setstate(payload["rng"]["python"])
+    return model, optimizer, state
+
+
+# ----------------------------------------------------------------------------- a whole run
+@dataclass
+class RunReport:
+    """What a `run_training` call did, for the command to print."""
+
+    step: int
+    paused: bool  # stopped at stop_at_step before the last step: nothing evaluated or exported
+    final: dict[str, HeldOut] = field(default_factory=dict)  # held-out results at export, by data set
+    export_dir: Path | None = None
+    megabytes: float = 0.0  # size of the exported folder
+
+
+def run_training(out: Path, train_config: TrainConfig, *, corpus_specs: list[str] | None = None, size: str = "small",
+                 val_fraction: float = 0.03, vocab_size: int = 12_288, tokenizer_from: str | None = None,
+                 threads: int | str = 0, stop_at_step: int | None = None, resume: bool = False,
+                 export_only: bool = False, export_to: Path | None = None, final_eval_tokens: int = 400_000,
+                 eval_corpus: list[str] | None = None, command: str = "",
+                 progress: Progress | None = None) -> RunReport:
+    """Train (or resume, or only export) the base model in the run folder `out`: tokenizer/,
+    checkpoint/, train.log; then evaluate it on held-out data and export it with its card to
+    `export_to` (default out/model). A resumed run takes its knobs and corpus from the checkpoint,
+    all but `max_minutes`. `corpus_specs`: the --corpus values (default stdlib and site); `threads`:
+    a count, 0 = torch's default, or "auto" (measured per step). Raises EngineError for what the
+    user can fix."""
+    chooser = None
+    if threads == "auto":
+        chooser = ThreadChooser(range(1, (os.cpu_count() or 1) + 1), probe_every=AUTO_THREADS_PROBE_EVERY)
+    elif int(threads):
+        torch.set_num_threads(int(threads))
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoint_dir = out / "checkpoint"
+    log_file = (out / "train.log").open("a")
+
+    def log(message: str) -> None:
+        log_file.write(message + "\n")
+        log_file.flush()
+
+    continuing = resume or export_only
+    if continuing and not (checkpoint_dir / CHECKPOINT_FILE).exists():
+        raise EngineError(f"no checkpoint in {checkpoint_dir}")
+    if continuing:
+        model, optimizer, state = load_checkpoint(checkpoint_dir)
+        if resume:
+            state.command.append(command)
+        corpus_specs, val_fraction = state.corpus, state.val_fraction  # the same files, the same split
+    else:
+        corpus_specs = corpus_specs or ["stdlib", "site"]
+    corpus = build_corpus(resolve_sources(corpus_specs), val_fraction=val_fraction)
+    if not corpus.train:
+        raise EngineError("the corpus is empty")
+    log(f"corpus: {len(corpus.train)} train files ({corpus.chars():,} chars), {len(corpus.validation)} held out; "
+        f"skipped {corpus.skipped}")
+
+    tokenizer = run_tokenizer(out / "tokenizer", corpus, tokenizer_from, vocab_size)
+
+    if not continuing:
+        model_config = dataclasses.replace(PRESETS[size], vocab_size=len(tokenizer),
+                                           eos_token_id=tokenizer.eos_token_id)
+        model = build_model(model_config, seed=train_config.seed)
+        optimizer = make_optimizer(model, train_config)
+        state = RunState(model_config, train_config, command=[command], corpus=corpus_specs, val_fraction=val_fraction)
+    elif train_config.max_minutes:
+        state.train_config.max_minutes = train_config.max_minutes
+    params = count_params(model)
+    cfg = state.train_config
+    log(f"model: {params:,} params {asdict(state.model_config)}; training {cfg.tokens:,} tokens = {cfg.steps()} steps")
+
+    val_texts = [f.text for f in corpus.validation] or [f.text for f in corpus.train[:1]]
+    val_windows = eval_windows(tokenizer, val_texts, cfg.seq_len)
+
+    if not export_only:
+        train(model, tokenizer, [f.text for f in corpus.train], val_windows, state, optimizer,
+              save_checkpoint=lambda: save_checkpoint(checkpoint_dir, model, optimizer, state), log=log,
+              stop_at_step=stop_at_step, threads=chooser, progress=progress)
+        if state.step < cfg.steps() and stop_at_step and state.step >= stop_at_step:
+            return RunReport(state.step, paused=True)
+
+    report = RunReport(state.step, paused=False)
+    report.final = final_evaluation(model, tokenizer, corpus, val_windows, cfg, final_eval_tokens, eval_corpus or [])
+    for name, result in report.final.items():
+        log(f"final {name}: loss {result.loss:.4f} top-1 {result.accuracy:.4f} over {result.tokens:,} tokens")
+
+    report.export_dir = export_to or out / "model"
+    corpus_stats = {"train_files": len(corpus.train), "train_chars": corpus.chars(),
+                    "validation_files": len(corpus.validation)}
+    card = model_card(state, params, corpus.sources, corpus_stats, report.final)
+    metrics = {"params": params, "tokens": state.tokens_seen, "steps": state.step,
+               "train_minutes": round(state.train_seconds / 60, 2), "history": state.history,
+               "final": {k: asdict(v) for k, v in report.final.items()}, "command": state.command}
+    export_model(model, tokenizer, report.export_dir, card, metrics)
+    report.megabytes = folder_megabytes(report.export_dir)
+    log(f"exported to {report.export_dir} ({report.megabytes:.1f} MB)")
+    return report
+
+
+def run_tokenizer(folder: Path, corpus: Corpus, tokenizer_from: str | None, vocab_size: int):
+    """The run's own tokenizer: the one saved in the run folder, else a copy of `tokenizer_from`,
+    else one trained on the corpus (and reloaded from disk, as a resumed run will see it)."""
+    if folder.exists():
+        return load_tokenizer(folder)
+    if tokenizer_from:
+        tokenizer = load_tokenizer(tokenizer_from)
+        save_tokenizer(tokenizer, folder)
+        return tokenizer
+    save_tokenizer(train_tokenizer((f.text for f in corpus.train), vocab_size=vocab_size), folder)
+    return load_tokenizer(folder)
+
+
+def final_evaluation(model, tokenizer, corpus: Corpus, val_windows: torch.Tensor, cfg: TrainConfig, max_tokens: int,
+                     eval_corpus: list[str]) -> dict[str, HeldOut]:
+    """Held-out results at export: all held-out files, the standard library's alone, each extra folder."""
+    final = {"validation (all sources)": evaluate(model, spread_sample(val_windows, max_tokens), autocast=cfg.bf16)}
+    stdlib_val = [f.text for f in corpus.validation if f.path.startswith("python-stdlib")]
+    if stdlib_val:
+        final["validation (stdlib only)"] = evaluate(
+            model, eval_windows(tokenizer, stdlib_val, cfg.seq_len, max_tokens), autocast=cfg.bf16)
+    for folder in eval_corpus:
+        texts = [f.text for f in read_folder(folder)]
+        if texts:
+            final[f"eval: {Path(folder).name}"] = evaluate(
+                model, eval_windows(tokenizer, texts, cfg.seq_len, max_tokens), autocast=cfg.bf16)
+    return final

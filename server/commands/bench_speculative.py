@@ -1,0 +1,48 @@
+"""`memosight bench speculative --corpus DIR [--json]`: speculative decoding against plain greedy.
+
+Side by side in one run, same model, dtype and device, prompts cut from real source files:
+transformers `generate` greedy (the baseline), transformers prompt-lookup decoding, our plain loop,
+and our speculative loop with each draft source alone and all combined. Methods take turns on every
+prompt, so machine noise falls on all of them alike. The main figures are decoding with the prompt
+already cached (what a keystroke costs once the KV cache is reused); "+prefill" adds each method's
+own prefill of the whole prompt (a cold prompt). engine/bench/gpu.sh runs it on a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .common import CommandError, add_json_argument, print_result, say
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--corpus", required=True, help="folder of source files (held-out code)")
+    parser.add_argument("--model", help="model folder or hub id (default: the embedded model)")
+    parser.add_argument("--device", default=None, help="auto, cpu, cuda")
+    parser.add_argument("--dtype", default="float32", help="float32 (exact) | bfloat16 | float16")
+    parser.add_argument("--prompts", type=int, default=24, help="number of cursor positions")
+    parser.add_argument("--min-new", type=int, default=32)
+    parser.add_argument("--max-new", type=int, default=128)
+    parser.add_argument("--prompt-chars", type=int, default=4000, help="text before the cursor in the prompt")
+    parser.add_argument("--methods", default="all", help="comma list, or 'all'")
+    parser.add_argument("--seed", type=int, default=0)
+    add_json_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from memosight.engine.bench.speculative import METHODS, render, run_speculative
+    from memosight.engine.loading import load_engine
+
+    methods = METHODS if args.methods == "all" else tuple(m.strip() for m in args.methods.split(","))
+    unknown = set(methods) - set(METHODS)
+    if unknown:
+        raise CommandError(f"unknown method(s) {', '.join(sorted(unknown))}: choose from {', '.join(METHODS)}")
+    engine = load_engine(args.model, device=args.device, dtype=args.dtype)
+    try:
+        summary = run_speculative(engine, args.corpus, prompts=args.prompts, min_new=args.min_new,
+                                  max_new=args.max_new, prompt_chars=args.prompt_chars, methods=methods,
+                                  seed=args.seed, progress=lambda done, total: say(f"prompt {done}/{total}"))
+    except FileNotFoundError as exc:  # no corpus folder, or no source files in it
+        raise CommandError(str(exc)) from exc
+    print_result(summary, args.json, render)
+    return 0

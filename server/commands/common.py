@@ -1,0 +1,60 @@
+"""What every `memosight` tool shares: one way to fail, to print a result, and to show progress.
+
+A tool is a module of this package with a docstring (shown under its --help), `add_arguments(parser)`
+and `run(args) -> int`. Heavy imports (torch, transformers) happen inside `run`, so `memosight --help`
+stays instant. Problems the user can fix raise CommandError (or the engine's EngineError): the
+command line prints them as one line, `memosight: ...`, and exits with status 2. Results print as a
+human-readable table, or with --json as one JSON object on stdout; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+
+class CommandError(Exception):
+    """A problem with the command's input that the user can fix; the message says how."""
+
+
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+
+def print_result(result: dict, as_json: bool, render: Callable[[dict], str]) -> None:
+    """The result as one JSON object (--json), or as `render(result)` for a person."""
+    print(json.dumps(result) if as_json else render(result))
+
+
+def say(message: str) -> None:
+    """A progress or status line: stderr, so that stdout stays the result."""
+    print(message, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def step_progress(desc: str, unit: str = "step") -> Iterator[Callable[[int, int, dict], None]]:
+    """A progress bar on stderr for a training run. Yields `on_step(step, total, figures)` for the
+    engine to call after each step; the bar starts at the first step it hears of (a resumed run
+    starts part-way) and shows `figures` (loss, learning rate, ...) beside it."""
+    from tqdm import tqdm
+
+    bar = None
+
+    def on_step(step: int, total: int, figures: dict) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, initial=step - 1, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True,
+                       mininterval=2.0)
+        bar.set_postfix(figures, refresh=False)
+        bar.update(step - bar.n)
+        if step >= total:  # done: what the run prints next (evaluation, export) goes below the bar
+            bar.close()
+
+    try:
+        yield on_step
+    finally:
+        if bar is not None:
+            bar.close()  # a paused or failed run

@@ -1,0 +1,59 @@
+"""`memosight train heads`: train the draft heads of a model (base frozen), resumable.
+
+    memosight train heads --corpus stdlib --out /work/runs/heads                 # the embedded model
+    memosight train heads --model DIR --corpus DIR --out RUN --save-to DIR       # any causal LM
+    memosight train heads --model DIR --out RUN --resume
+
+Each head learns, by self-distillation, the base model's own greedy token 1..K positions ahead
+(engine/train/heads.py); the heads are saved beside the model, where the engine finds them. Prints
+each head's held-out top-1 / top-3 agreement with greedy, then the report as one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .common import say, step_progress
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="model folder or hub id (default: the embedded model)")
+    parser.add_argument("--corpus", action="append", metavar="DIR|stdlib|site",
+                        help="training code (repeatable): a folder, 'stdlib' or 'site' (default: stdlib)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="run folder for checkpoints")
+    parser.add_argument("--save-to", metavar="DIR", help="where the heads go (default: the model folder)")
+    parser.add_argument("--device", default=None, help="auto, cpu, cuda (default auto)")
+    parser.add_argument("--heads", type=int, default=4, help="number of heads K (default 4)")
+    parser.add_argument("--layers", type=int, default=1, help="residual blocks per head (default 1)")
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq-len", type=int, default=256)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--positions", type=int, default=512, help="positions scored per step (default 512)")
+    parser.add_argument("--fim-rate", type=float, default=0.5,
+                        help="share of training pieces in the engine's fill-in-the-middle prompt format (default 0.5)")
+    parser.add_argument("--decay", type=float, default=0.8, help="per-head loss weight decay**k (default 0.8)")
+    parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--max-files", type=int, default=2000, help="cap on corpus files read")
+    parser.add_argument("--checkpoint-every", type=int, default=100)
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
+    parser.add_argument("--resume", action="store_true", help="continue from OUT/heads_state.pt")
+
+
+def run(args: argparse.Namespace) -> int:
+    from memosight.engine.train.heads import HeadsTrainConfig, run_heads
+
+    cfg = HeadsTrainConfig(num_heads=args.heads, num_layers=args.layers, seq_len=args.seq_len, batch=args.batch,
+                           steps=args.steps, lr=args.lr, decay=args.decay, positions=args.positions, seed=args.seed,
+                           checkpoint_every=args.checkpoint_every)
+    with step_progress("heads") as on_step:
+        report = run_heads(args.model, Path(args.out), cfg, corpus_specs=args.corpus,
+                           save_to=Path(args.save_to) if args.save_to else None, device=args.device,
+                           threads=args.threads, fim_rate=args.fim_rate, max_files=args.max_files, resume=args.resume,
+                           log=say, progress=on_step)
+    for row in report["heads"]:
+        print(f"head {row['head']}: top-1 {row['top1']:.3f}  top-3 {row['top3']:.3f}")
+    print(json.dumps(report))
+    return 0

@@ -1,0 +1,52 @@
+"""Completion mode (single line or block) and post-processing."""
+
+from memosight.server.config import Settings
+from memosight.server.documents import Document
+from memosight.server.mode import completion_mode, post_process
+
+
+def mode_at(text: str, marker: str = "|", language: str = "python", multiline: str = "auto"):
+    cursor = text.index(marker)
+    doc = Document("file:///a.py", text.replace(marker, ""), language)
+    return completion_mode(doc, cursor, Settings(multiline=multiline))
+
+
+def test_mid_line_is_single_line_and_never_repeats_the_rest_of_the_line():
+    rule, multiline = mode_at("print(ite|)\n")
+    assert not multiline and rule.single_line and rule.suffix_line == ")"
+
+
+def test_after_a_block_opener_is_multi_line_to_the_end_of_the_block():
+    rule, multiline = mode_at("class A:\n    def f(self):|\n\n    def g(self):\n        pass\n")
+    assert multiline and not rule.single_line
+    assert rule.block_indent == 4
+    assert rule.next_suffix_line == "    def g(self):"
+
+
+def test_blank_line_below_an_opener_is_multi_line():
+    _, multiline = mode_at("def f(x):\n    |\n")
+    assert multiline
+
+
+def test_braces_open_blocks_in_other_languages():
+    _, multiline = mode_at("function f(x) {|\n}\n", language="javascript")
+    assert multiline
+
+
+def test_multiline_setting_overrides_auto():
+    assert mode_at("def f(x):|\n", multiline="never")[1] is False
+    assert mode_at("x = |\n", multiline="always")[1] is True
+
+
+def test_post_process_trims_trailing_space():
+    assert post_process("return x  \n\n", multiline=True) == "return x"
+    assert post_process("a\nb", multiline=False) == "a"
+
+
+def test_multi_line_completions_carry_the_latency_budget():
+    text = "def f(x):\n    \n"
+    doc = Document("file:///a.py", text, "python")
+    stop, multiline = completion_mode(doc, len("def f(x):\n    "), Settings(latency_budget_ms=90))
+    assert multiline and stop.time_budget_ms == 90
+    stop, multiline = completion_mode(doc, len("def f("), Settings(latency_budget_ms=90))
+    assert not multiline and stop.single_line
