@@ -15,7 +15,7 @@ import torch
 from . import kv
 from .drafts import build_drafters
 from .fim import FimTemplate, detect_template, end_token_ids, read_model_options, render_ids
-from .protocol import Completion, CompletionRequest, EngineSettings, StopRule, Stream
+from .protocol import Completion, CompletionRequest, EngineError, EngineSettings, StopRule, Stream
 from .speculate import Speculator, greedy_tokens
 from .stops import StreamState, stream_text
 
@@ -45,6 +45,7 @@ class LocalEngine:
         self.prompt_cache.reuse = self.can_speculate
         self.speculator = Speculator(build_drafters(model, Path(model_dir) if model_dir else None))
         self.settings = EngineSettings()
+        self.closed = False
         self._lock = threading.Lock()  # one model, one decoding loop at a time
         self.latencies_ms: deque[float] = deque(maxlen=200)
         self.requests = 0
@@ -86,8 +87,6 @@ class LocalEngine:
     def configure(self, settings: EngineSettings) -> None:
         self.settings = settings
         self.prompt_cache.set_max_bytes(settings.kv_cache_bytes)
-        if settings.threads and self.device.type == "cpu" and torch.get_num_threads() != settings.threads:
-            torch.set_num_threads(settings.threads)
 
     def reset_caches(self) -> None:
         """Forget every cached prompt and draft (for cold-start measurements)."""
@@ -121,6 +120,8 @@ class LocalEngine:
             return list(self._tokens(list(input_ids), max_new_tokens, self.eos_ids, None, speculative))
 
     def stream(self, request: CompletionRequest) -> Stream:
+        if self.closed:
+            raise EngineError("the engine was closed (the server is shutting down); start it again")
         return Stream(self._stream(request))
 
     def _stream(self, request: CompletionRequest) -> Generator[str, None, Completion]:
@@ -178,6 +179,8 @@ class LocalEngine:
     # --- status ---------------------------------------------------------------------------------
 
     def status(self) -> dict:
+        if self.closed:
+            return {"model": self.name, "device": str(self.device), "closed": True}
         lat = sorted(self.latencies_ms)
         return {
             "model": self.name,
@@ -200,6 +203,7 @@ class LocalEngine:
     def close(self) -> None:
         """Drop the caches and the model's weights; what is left can be garbage-collected."""
         with self._lock:
+            self.closed = True
             self.prompt_cache.forget_all()
             self.speculator.reset()
             self.model = None

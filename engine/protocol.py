@@ -73,26 +73,32 @@ class Stream(Iterator[str]):
 
     def __init__(self, pieces: Generator[str, None, Completion]):
         self._pieces = pieces
+        self._finished = False
         self.completion: Completion | None = None
 
     def __iter__(self) -> Stream:
         return self
 
     def __next__(self) -> str:
+        if self._finished:
+            raise StopIteration
         try:
             return next(self._pieces)
         except StopIteration as done:
-            self.completion = done.value
+            self.completion, self._finished = done.value, True
             raise
 
     def close(self) -> None:
+        """End the generation early (a no-op once it is over); the engine is free again."""
+        self._finished = True
         self._pieces.close()
 
     def result(self) -> Completion:
         """Read the rest of the stream and return its Completion."""
         for _ in self:
             pass
-        assert self.completion is not None, "the engine's stream returned no Completion"
+        if self.completion is None:  # closed before its end: the engine never finished it
+            raise EngineError("the completion was closed before it ended")
         return self.completion
 
 
@@ -102,7 +108,6 @@ class EngineSettings:
 
     speculative: bool = True  # speculative decoding (the same tokens as greedy, faster)
     kv_cache_bytes: int = 256 * 2**20  # memory bound of the cache of earlier prompts
-    threads: int | None = None  # CPU threads for decoding; None = the engine's own choice
 
 
 @runtime_checkable

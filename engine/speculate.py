@@ -6,6 +6,7 @@ One speculative step, in the order of the seeds and of Medusa:
   verify   the base model runs the whole tree in one forward pass
   accept   the longest path that greedy decoding agrees with
   commit   the KV cache keeps that path and drops the rest
+  account  statistics, and the controller's view of which sources pay for their rows and time
   observe  every source learns what was accepted
 The tokens are exactly those `greedy_tokens` produces; only the number of forward passes differs.
 """
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import kv
-from .drafts import DraftSource, DraftState, DraftStats, StepOutcome
+from .drafts.base import DraftSource, DraftState, DraftStats, StepOutcome
 from .verify import Candidate, DraftTree, accept_longest_path, build_tree, tree_attention_mask
 
 
@@ -246,7 +247,7 @@ class Speculator:
     def verify(model, prompt_cache: kv.PromptCache, tree: DraftTree, hidden_last: torch.Tensor) -> Verified:
         """One forward pass over every node of the tree, each seeing only its ancestors."""
         past = kv.cached_length(prompt_cache.cache)
-        device = hidden_last.device
+        device = next(model.parameters()).device  # where the input ids go, as in the prompt cache
         ids = torch.tensor([tree.tokens], device=device)
         if len(tree) == 1:
             hidden = kv.forward_hidden(model, ids, prompt_cache.cache)
@@ -295,7 +296,7 @@ class Speculator:
             drafter.reset()
 
     def to_json(self) -> dict:
-        out = self.stats.to_json()
+        out = {**self.stats.to_json(), "head_accuracy": []}  # filled in by the heads, when there are any
         for drafter in self.drafters:
             out.update(drafter.stats())
         return out

@@ -274,7 +274,7 @@ async def _suggest(ls: MemoSightServer, uri: str, position: types.Position) -> t
 
     answer = await ls.suggester.suggest(doc, cursor, settings, on_partial if wants_partials(ls) else None)
     for message in answer.messages:
-        ls.report(message, types.MessageType.Error)
+        ls.report(f"MemoSight: {message}", types.MessageType.Error)
     return answer.suggestion, answer.seen
 
 

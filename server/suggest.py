@@ -146,10 +146,10 @@ class Suggester:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memosight-engine")
         self._engine_future: Future | None = None
         self._engine_key: tuple | None = None
-        self._configured: dict[int, EngineSettings] = {}  # id(engine) -> settings last applied
         self._jobs: dict[str, Job] = {}
         self._shown: dict[str, Shown] = {}
         self._messages: deque[str] = deque()  # for the user, filled on the engine thread
+        self._stopped = False
         self.counters = Counters()
         self.last_error: str | None = None
         self.compressor = ContextCompressor()
@@ -178,7 +178,7 @@ class Suggester:
                                            dtype=defaults.dtype)
             if fallback == settings:
                 raise
-            self._messages.append(f"MemoSight: {exc}. Using the default model, device and dtype instead.")
+            self._messages.append(f"{exc}. Using the default model, device and dtype instead.")
             return self._load_engine(fallback)
 
     def engine_if_ready(self) -> Engine | None:
@@ -187,12 +187,6 @@ class Suggester:
             return f.result()
         return None
 
-    def _configure(self, engine: Engine, settings: Settings) -> None:
-        """Settings that change without reloading the model, applied when they changed."""
-        wanted = EngineSettings(speculative=settings.speculative, kv_cache_bytes=settings.kv_cache_mb * 2**20)
-        if self._configured.get(id(engine)) != wanted:
-            engine.configure(wanted)
-            self._configured = {id(engine): wanted}
 
     # --- context --------------------------------------------------------------------------------
 
@@ -265,13 +259,11 @@ class Suggester:
         ticket = Ticket.of(doc, cursor)
         try:
             suggestion = await self._suggest(ticket, settings, on_partial, cold)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the server answers every request and stays up
+        except Exception as exc:  # not CancelledError: that is the client's cancel, and propagates  # noqa: BLE001 - the server answers every request and stays up
             log.exception("completion failed")
             self.counters.errors += 1
             self.last_error = str(exc)
-            self._messages.append(f"MemoSight: {exc}")
+            self._messages.append(str(exc))
             suggestion = None
         messages = []
         while self._messages:
@@ -347,7 +339,9 @@ class Suggester:
             return None
         doc, cursor = ticket.doc, ticket.cursor
         start = time.perf_counter()
-        self._configure(engine, settings)
+        # Settings that change without reloading the model; an engine makes repeating them cheap.
+        engine.configure(EngineSettings(speculative=settings.speculative,
+                                        kv_cache_bytes=settings.kv_cache_mb * 2**20))
         stop, multiline = completion_mode(doc, cursor, settings)
         context = self.build_context(engine, doc, cursor, settings)
         context_ms = (time.perf_counter() - start) * 1000
@@ -357,12 +351,15 @@ class Suggester:
                                     stop, gen.cancel, RequestOptions(cold=cold))
         stream = engine.stream(request)
         text = ""
-        for piece in stream:
-            text += piece
-            gen.partial = text
-            if on_partial is not None and not gen.cancel.is_set():
-                loop.call_soon_threadsafe(on_partial, text)
-        completion = stream.completion
+        try:
+            for piece in stream:
+                text += piece
+                gen.partial = text
+                if on_partial is not None and not gen.cancel.is_set():
+                    loop.call_soon_threadsafe(on_partial, text)
+        finally:
+            stream.close()  # whatever happened here, the engine is free for the next request
+        completion = stream.result()
         latency = (time.perf_counter() - start) * 1000
         log.debug("completion %s:%d %.1f ms (context %.1f ms, first piece %.1f ms) prompt %d tokens (%d cached), "
                   "%d new, %s, stop %s", doc.uri.rsplit("/", 1)[-1], cursor, latency, context_ms,
@@ -378,6 +375,8 @@ class Suggester:
     def status(self, settings: Settings) -> dict:
         engine = self.engine_if_ready()
         state = "ready" if engine is not None else ("error" if self.last_error else "loading")
+        if self._stopped:  # after the LSP shutdown request
+            state = "stopped"
         out = {"state": state, "model": settings.model or "default", "device": None, "dtype": None,
                "error": self.last_error, "requests": self.counters.to_json()}
         if engine is not None:
@@ -390,8 +389,10 @@ class Suggester:
     def shutdown(self) -> None:
         for job in self._jobs.values():
             job.generation.cancel.set()
+        self._stopped = True
         self._executor.shutdown(wait=False, cancel_futures=True)
         engine = self.engine_if_ready()
+        self._engine_future = None  # nothing is asked of it any more
         if engine is not None:  # once the cancelled generation lets go of it
             threading.Thread(target=engine.close, name="memosight-engine-close", daemon=True).start()
 

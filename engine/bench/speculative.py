@@ -26,21 +26,22 @@ from pathlib import Path
 import torch
 
 from .. import kv
+from ..drafts import SOURCES
 from ..local import LocalEngine
 from ..speculate import Speculator
 from .common import cut_points, source_files, table
 
-METHODS = ("hf_greedy", "hf_prompt_lookup", "plain", "spec_heads", "spec_ngram", "spec_table", "spec_lookahead",
-           "spec_all")
+# transformers' two greedy decoders, our plain loop, each draft source alone, and all of them.
+METHODS = ("hf_greedy", "hf_prompt_lookup", "plain", *(f"spec_{source.name}" for source in SOURCES), "spec_all")
 
 
 def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 24, min_new: int = 32,
                     max_new: int = 128, prompt_chars: int = 4000, methods: tuple[str, ...] = METHODS, seed: int = 0,
                     progress: Callable[[int, int], None] = lambda done, total: None) -> dict:
     """Every method on the same prompts; the summary `memosight bench speculative --json` prints."""
-    all_drafters = {d.name: d for d in engine.speculator.drafters}
+    available = {d.name for d in engine.speculator.drafters}
     methods = tuple(m for m in methods if not m.startswith("spec_") or m == "spec_all"
-                    or m.removeprefix("spec_") in all_drafters)
+                    or m.removeprefix("spec_") in available)
     rng = random.Random(seed)
     cases = []
     files = source_files(corpus)
@@ -75,10 +76,13 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
 
     results = {m: {"seconds": 0.0, "prefill_seconds": 0.0, "tokens": 0, "match": 0} for m in methods}
     # One speculator per method for the whole run, as the engine keeps one across requests: what its
-    # controller learns about the sources (which pay, which cost more time than they save) carries over.
-    speculators = {m: Speculator(list(all_drafters.values()) if m == "spec_all"
-                                 else [all_drafters[m.removeprefix("spec_")]])
-                   for m in methods if m.startswith("spec_")}
+    # controller learns about the sources (which pay, which cost more time than they save) carries
+    # over. Each has sources of its own, so that no method's figures or learning leak into another's.
+    def sources(method: str) -> list:
+        return [d.fresh() for d in engine.speculator.drafters
+                if method == "spec_all" or d.name == method.removeprefix("spec_")]
+
+    speculators = {m: Speculator(sources(m)) for m in methods if m.startswith("spec_")}
     reference: list[list[int]] = []
     for i, (ids, n) in enumerate(cases):
         reference.append(hf(ids, n))  # also warms up this prompt length

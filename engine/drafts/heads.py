@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..verify import Candidate
-from . import DraftSource, DraftState, StepOutcome
+from .base import DraftSource, DraftState, StepOutcome
 
 WEIGHTS_FILE = "draft_heads.safetensors"
 CONFIG_FILE = "draft_heads.json"
@@ -143,6 +143,9 @@ class HeadDrafter(DraftSource):
                 self.tries.append(0)
             self.tries[d] += 1
             self.hits[d] += int(self.last_top1[d] == truth[d])
+
+    def reset(self) -> None:
+        self.last_top1, self.hits, self.tries = [], [], []
 
     def stats(self) -> dict:
         return {"head_accuracy": [round(h / t, 4) if t else 0.0 for h, t in zip(self.hits, self.tries)]}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..verify import Candidate
-from . import DraftSource, DraftState, StepOutcome
+from .base import DraftSource, DraftState, StepOutcome
 from .ngram import lookup
 
 
@@ -54,4 +54,4 @@ class LookaheadCache(DraftSource):
         self.remember(tokens)
 
     def reset(self) -> None:
-        self.sequences.clear()
+        self.sequences = deque(maxlen=self.sequences.maxlen)

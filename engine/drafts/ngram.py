@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..verify import Candidate
-from . import DraftSource, DraftState
+from .base import DraftSource, DraftState
 
 
 def lookup(tokens: list[int], tail: list[int], max_len: int, max_matches: int, *,

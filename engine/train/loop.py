@@ -234,11 +234,9 @@ def run_training(out: Path, train_config: TrainConfig, *, corpus_specs: list[str
         torch.set_num_threads(int(threads))
     out.mkdir(parents=True, exist_ok=True)
     checkpoint_dir = out / "checkpoint"
-    log_file = (out / "train.log").open("a")
-
     def log(message: str) -> None:
-        log_file.write(message + "\n")
-        log_file.flush()
+        with (out / "train.log").open("a") as log_file:  # a line at a time: a killed run loses nothing
+            log_file.write(message + "\n")
 
     continuing = resume or export_only
     if continuing and not (checkpoint_dir / CHECKPOINT_FILE).exists():

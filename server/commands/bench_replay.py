@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .common import CommandError, add_json_argument, print_result, say
+from .common import CommandError, add_json_argument, print_result, step_progress
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -225,10 +225,10 @@ async def replay(args) -> dict:
                                                      "context": {"triggerKind": 1}}, timeout=300)
     before = await lsp.call("memosight/status", {})
     stats = Replay()
-    for n, (path, text, start, end) in enumerate(functions):
-        uri = path.resolve().as_uri()
-        await replay_function(lsp, uri, text, start, end, args, rng, stats)
-        say(f"function {n + 1}/{len(functions)}")
+    with step_progress("functions", unit="function") as on_step:
+        for n, (path, text, start, end) in enumerate(functions):
+            await replay_function(lsp, path.resolve().as_uri(), text, start, end, args, rng, stats)
+            on_step(n + 1, len(functions), {"requests": stats.requests})
     status = await lsp.call("memosight/status", {})
     await lsp.stop()
     return summarize(stats, before, status, len(functions))

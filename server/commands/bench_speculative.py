@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import CommandError, add_json_argument, print_result, say
+from .common import CommandError, add_json_argument, print_result, step_progress
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,9 +39,10 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"unknown method(s) {', '.join(sorted(unknown))}: choose from {', '.join(METHODS)}")
     engine = load_engine(args.model, device=args.device, dtype=args.dtype)
     try:
-        summary = run_speculative(engine, args.corpus, prompts=args.prompts, min_new=args.min_new,
-                                  max_new=args.max_new, prompt_chars=args.prompt_chars, methods=methods,
-                                  seed=args.seed, progress=lambda done, total: say(f"prompt {done}/{total}"))
+        with step_progress("prompts", unit="prompt") as on_step:
+            summary = run_speculative(engine, args.corpus, prompts=args.prompts, min_new=args.min_new,
+                                      max_new=args.max_new, prompt_chars=args.prompt_chars, methods=methods,
+                                      seed=args.seed, progress=lambda done, total: on_step(done, total, {}))
     except FileNotFoundError as exc:  # no corpus folder, or no source files in it
         raise CommandError(str(exc)) from exc
     print_result(summary, args.json, render)

@@ -36,9 +36,10 @@ def say(message: str) -> None:
 
 @contextmanager
 def step_progress(desc: str, unit: str = "step") -> Iterator[Callable[[int, int, dict], None]]:
-    """A progress bar on stderr for a training run. Yields `on_step(step, total, figures)` for the
-    engine to call after each step; the bar starts at the first step it hears of (a resumed run
-    starts part-way) and shows `figures` (loss, learning rate, ...) beside it."""
+    """A progress bar on stderr for a run of steps (training steps, benchmark prompts). Yields
+    `on_step(step, total, figures)` for the engine to call after each step; the bar starts at the
+    first step it hears of (a resumed run starts part-way) and shows `figures` (loss, learning
+    rate, ...) beside it."""
     from tqdm import tqdm
 
     bar = None

@@ -132,3 +132,11 @@ def test_closing_a_stream_early_frees_the_engine(tiny_model_dir):
     next(stream, None)
     stream.close()
     assert engine.stream(CompletionRequest("y = ", max_new_tokens=2)).result().tokens <= 2  # not deadlocked
+
+
+def test_a_finished_stream_keeps_its_completion_when_read_or_closed_again(tiny_model_dir):
+    engine = load_engine(str(tiny_model_dir), device="cpu")
+    stream = engine.stream(CompletionRequest("def f(x):\n    return ", max_new_tokens=4))
+    text = "".join(stream)
+    stream.close()
+    assert stream.result().text == text and list(stream) == []

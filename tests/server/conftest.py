@@ -29,6 +29,7 @@ class ScriptedEngine:
         self.requests: list[CompletionRequest] = []
         self.settings: list[EngineSettings] = []
         self.running = threading.Event()  # set while a generation runs
+        self.emitted = 0  # tokens written by the current generation
         self.closed = False
 
     def count_tokens(self, text: str) -> int:
@@ -50,11 +51,13 @@ class ScriptedEngine:
                     return
                 if self.delay:
                     time.sleep(self.delay)
+                self.emitted = i + 1
                 yield eos if end is not None and i >= end else i
 
         def decode(ids: list[int]) -> str:
             return "".join(self.text[i % len(self.text)] for i in ids)
 
+        self.emitted = 0
         self.running.set()
         try:
             yield from stream_text(tokens(), decode, request.stop, {eos}, state)

@@ -121,8 +121,11 @@ async def test_settings_reach_the_engine_through_configure(tmp_path, lsp_session
         uri = open_doc(client, tmp_path / "a.py")
         await inline(client, uri, 1, 4)
         await inline(client, uri, 0, 3)
-        (settings,) = client.engine.settings  # applied once: nothing changed in between
-        assert settings.speculative is False and settings.kv_cache_bytes == 8 * 2**20
+        assert {(s.speculative, s.kv_cache_bytes) for s in client.engine.settings} == {(False, 8 * 2**20)}
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+            settings={"memosight": {"speculative": True}}))
+        await inline(client, uri, 1, 4)
+        assert client.engine.settings[-1].speculative is True  # changed without a reload
 
 
 async def test_an_engine_that_fails_is_reported_and_the_server_keeps_answering(tmp_path, lsp_session,

@@ -1,5 +1,8 @@
 import asyncio
+import time
 from pathlib import Path
+
+import pytest
 
 from memosight.server.config import Settings
 from memosight.server.documents import Document
@@ -14,19 +17,35 @@ async def suggest(suggester: Suggester, doc: Document, cursor: int, settings: Se
     return answer.suggestion
 
 
-def test_a_newer_request_supersedes_the_running_one(scripted_engine):
-    suggester = Suggester(lambda settings: scripted_engine("abcdefgh", delay=0.05, repeat=False))
-    doc = Document("file:///a.py", "x = \n", "python")
+async def until(predicate, timeout: float = 5.0) -> None:
+    """Wait until `predicate()` holds (the engine thread changes what it looks at)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await asyncio.sleep(0.005)
+
+
+@pytest.mark.parametrize("text, cursor, shared", [
+    ("x = \n", 4, True),  # the same cursor, nothing typed: the running generation is still right
+    ("x = \ny = \n", 10, False),  # the cursor moved: the running generation is useless
+])
+def test_a_newer_request_shares_or_supersedes_the_running_generation(scripted_engine, text, cursor, shared):
+    engine = scripted_engine("abcdefgh", delay=0.05, repeat=False)
+    suggester = Suggester(lambda settings: engine)
+    doc = Document("file:///a.py", text, "python")
 
     async def scenario():
         older = asyncio.ensure_future(suggest(suggester, doc, 4, Settings()))
-        await asyncio.sleep(0.1)
-        newer = await suggest(suggester, doc, 4, Settings())
+        await until(engine.running.is_set)
+        newer = await suggest(suggester, doc, cursor, Settings())
         return await older, newer
 
     older, newer = asyncio.run(scenario())
-    assert older is None and newer.text == "abcdefgh"
+    assert older is None and newer.text == "abcdefgh"  # never a stale suggestion for the older request
     assert suggester.counters.superseded == 1 and suggester.counters.completed == 1
+    assert suggester.counters.joined == int(shared)
+    assert len(engine.requests) == (1 if shared else 2)
+    assert engine.requests[0].cancel.is_set() != shared
 
 
 def test_partial_text_is_reported_while_generating(scripted_engine):
@@ -72,7 +91,7 @@ def test_a_running_generation_that_still_matches_is_joined_not_restarted(scripte
 
     async def scenario():
         older = asyncio.ensure_future(suggest(suggester, doc, 4, Settings()))
-        await asyncio.sleep(0.12)  # a few characters are out
+        await until(lambda: engine.emitted >= 3)  # a few characters are out
         doc.apply_change("a", doc.position_at(4), doc.position_at(4))
         newer = await suggest(suggester, doc, 5, Settings())
         return await older, newer
