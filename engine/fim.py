@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -19,7 +20,14 @@ class FimTemplate:
         return self.prefix_token is not None
 
 
-PLAIN = FimTemplate("plain", None, None, None)
+# A model without FIM tokens: the prompt is the text before the cursor; a document boundary ends it.
+PLAIN = FimTemplate("plain", None, None, None, ("<|endoftext|>",))
+
+
+@dataclass(frozen=True)
+class Prompt:
+    ids: list[int]  # the prompt's token ids
+    healed: str = ""  # text cut from the end of the prefix (token healing): generation spells it first
 
 # Checked in order; the first whose three tokens are all in the vocabulary wins.
 TEMPLATES = (
@@ -40,21 +48,33 @@ def detect_template(vocab: dict[str, int]) -> FimTemplate:
     return PLAIN
 
 
-def render_ids(template: FimTemplate, encode, vocab: dict[str, int], prefix: str, suffix: str,
-               bos_id: int | None = None, order: str = "psm") -> list[int]:
-    """Prompt token ids: prefix/suffix/middle specials by id, user text encoded without specials,
-    so text in a file that looks like a special token stays text.
+def render(template: FimTemplate, encode: Callable[[str], list[int]], vocab: dict[str, int], prefix: str,
+           suffix: str, bos_id: int | None = None, order: str = "psm",
+           heal: Callable[[str, list[int]], tuple[list[int], str]] | None = None) -> Prompt:
+    """The prompt: prefix/suffix/middle specials by id, user text encoded without specials, so text
+    in a file that looks like a special token stays text. `heal` backs the encoded prefix up to a
+    token boundary (`heal(prefix, prefix_ids)`, see healing.py); the text it cut is generated first,
+    after the middle token.
 
     order "spm" (suffix first, for models trained on it) puts the prefix last: typing only extends
     the prompt's end, so the KV cache of everything before stays valid from keystroke to keystroke.
     """
-    if not template.has_fim:
-        return ([bos_id] if bos_id is not None else []) + encode(prefix)
-    pre, suf, mid = (vocab[t] for t in (template.prefix_token, template.suffix_token, template.middle_token))
-    lead = [bos_id] if bos_id is not None else []
-    if template.space_after_prefix_token and order != "spm":
+    if template.has_fim and template.space_after_prefix_token and order != "spm":
         prefix = " " + prefix
-    return lead + arrange(pre, suf, mid, encode(prefix), encode(suffix), order)
+    prefix_ids, healed = encode(prefix), ""
+    if heal is not None and prefix_ids:
+        prefix_ids, healed = heal(prefix, prefix_ids)
+    lead = [bos_id] if bos_id is not None else []
+    if not template.has_fim:
+        return Prompt(lead + prefix_ids, healed)
+    pre, suf, mid = (vocab[t] for t in (template.prefix_token, template.suffix_token, template.middle_token))
+    return Prompt(lead + arrange(pre, suf, mid, prefix_ids, encode(suffix), order), healed)
+
+
+def render_ids(template: FimTemplate, encode: Callable[[str], list[int]], vocab: dict[str, int], prefix: str,
+               suffix: str, bos_id: int | None = None, order: str = "psm") -> list[int]:
+    """The prompt's ids, not healed: it ends exactly at the cursor."""
+    return render(template, encode, vocab, prefix, suffix, bos_id, order).ids
 
 
 def arrange(pre: int, suf: int, mid: int, prefix_ids: list[int], suffix_ids: list[int],

@@ -311,12 +311,13 @@ class PromptCache:
         last = hidden[0, -1]
         return last, model.get_output_embeddings()(last)
 
-    def append(self, model, token: int) -> torch.Tensor:
-        """Run one more token; the logits after it."""
+    def append(self, model, token: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run one more token; the last hidden state and the logits after it."""
         device = next(model.parameters()).device
         hidden = forward_hidden(model, torch.tensor([[token]], device=device), self.cache)
         self.tokens.append(token)
-        return model.get_output_embeddings()(hidden[0, -1])
+        last = hidden[0, -1]
+        return last, model.get_output_embeddings()(last)
 
     def set_max_bytes(self, max_bytes: int) -> None:
         """The memory bound of the prefix tree; evicts down to it at once."""

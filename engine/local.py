@@ -14,7 +14,8 @@ import torch
 
 from . import kv
 from .drafts import build_drafters
-from .fim import FimTemplate, detect_template, end_token_ids, read_model_options, render_ids
+from .fim import PLAIN, FimTemplate, Prompt, detect_template, end_token_ids, read_model_options, render
+from .healing import TokenBytes, back_up, last_word_chars
 from .protocol import Completion, CompletionRequest, EngineError, EngineSettings, StopRule, Stream
 from .speculate import Speculator, greedy_tokens
 from .stops import StreamState, stream_text
@@ -38,7 +39,8 @@ class LocalEngine:
         self.fim: FimTemplate = detect_template(self.vocab)
         self.fim_order = read_model_options(model_dir).get("fim_order", "psm") if self.fim.has_fim else "psm"
         self.eos_ids = self._eos_ids()
-        self.end_ids = self.eos_ids | end_token_ids(self.fim, self.vocab)
+        self.end_ids = self.eos_ids | end_token_ids(self.fim, self.vocab) | end_token_ids(PLAIN, self.vocab)
+        self._token_bytes: TokenBytes | None = None  # built on the first healed prompt
         self.prompt_cache = kv.PromptCache(kv.PrefixTree())
         # Sliding-window caches drop old positions: no cropping, so no reuse and no tree verification.
         self.can_speculate = kv.supports_reuse(model)
@@ -74,13 +76,28 @@ class LocalEngine:
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))
 
-    def prompt_ids(self, prefix: str, suffix: str = "") -> list[int]:
+    @property
+    def token_bytes(self) -> TokenBytes:
+        if self._token_bytes is None:
+            self._token_bytes = TokenBytes.of(self.tokenizer)
+        return self._token_bytes
+
+    def prompt(self, prefix: str, suffix: str = "", *, heal: bool = True, fim: bool = True) -> Prompt:
+        """The prompt for a cursor between `prefix` and `suffix`: the model's FIM template (unless
+        `fim` is False or it has none), backed up to a token boundary when `heal`."""
         bos = self.tokenizer.bos_token_id if getattr(self.tokenizer, "add_bos_token", False) else None
-        ids = render_ids(self.fim, self.encode, self.vocab, prefix, suffix, bos_id=bos, order=self.fim_order)
-        if not ids:  # an empty file with a plain-prefix model: start from a document boundary
+        heal_fn = (lambda text, ids: back_up(ids, self.token_bytes, last_word_chars(self.tokenizer, text))) \
+            if heal else None
+        prompt = render(self.fim if fim else PLAIN, self.encode, self.vocab, prefix, suffix, bos_id=bos,
+                        order=self.fim_order, heal=heal_fn)
+        if not prompt.ids:  # an empty file with a plain-prefix model: start from a document boundary
             start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else min(self.eos_ids)
-            ids = [start]
-        return ids
+            prompt = Prompt([start], prompt.healed)
+        return prompt
+
+    def prompt_ids(self, prefix: str, suffix: str = "") -> list[int]:
+        """The prompt's ids, ending exactly at the cursor (no healing)."""
+        return self.prompt(prefix, suffix, heal=False).ids
 
     # --- settings and caches --------------------------------------------------------------------
 
@@ -106,10 +123,32 @@ class LocalEngine:
     # --- decoding -------------------------------------------------------------------------------
 
     def _tokens(self, input_ids: list[int], max_new_tokens: int, end_ids: set[int], cancel,
-                speculative: bool) -> Iterator[int]:
+                speculative: bool, start: tuple[torch.Tensor, torch.Tensor] | None = None) -> Iterator[int]:
         if speculative and self.can_speculate and max_new_tokens >= self.MIN_SPECULATIVE_TOKENS:
-            return self.speculator.tokens(self.model, self.prompt_cache, input_ids, max_new_tokens, end_ids, cancel)
-        return greedy_tokens(self.model, input_ids, max_new_tokens, end_ids, self.prompt_cache, cancel)
+            return self.speculator.tokens(self.model, self.prompt_cache, input_ids, max_new_tokens, end_ids, cancel,
+                                          start)
+        return greedy_tokens(self.model, input_ids, max_new_tokens, end_ids, self.prompt_cache, cancel, start)
+
+    @torch.inference_mode()
+    def _healed_tokens(self, prompt: Prompt, max_new_tokens: int, end_ids: set[int], cancel,
+                       speculative: bool) -> Iterator[int]:
+        """Greedy tokens among those that spell the healed text (see healing.py), one plain step
+        each, until it is spelled; then the usual loop, from the prompt and those tokens."""
+        rest = prompt.healed.encode()
+        ids = list(prompt.ids)
+        hidden, logits = self.prompt_cache.prefill_hidden(self.model, ids)
+        while rest and len(ids) - len(prompt.ids) < max_new_tokens:
+            if cancel is not None and cancel.is_set():
+                return
+            allowed = self.token_bytes.allowed(rest)
+            token = allowed[int(torch.argmax(logits[torch.tensor(allowed, device=logits.device)]))]
+            ids.append(token)
+            yield token
+            rest = self.token_bytes.rest_after(rest, token)
+            hidden, logits = self.prompt_cache.append(self.model, token)
+        left = max_new_tokens - (len(ids) - len(prompt.ids))
+        if left > 0:  # the cache holds the prompt and the healing tokens: go on from there
+            yield from self._tokens(ids, left, end_ids, cancel, speculative, start=(hidden, logits))
 
     def generate(self, input_ids: list[int], max_new_tokens: int, *, speculative: bool = True) -> list[int]:
         """Greedy decoding: the new tokens, ending at EOS (included) or at the limit. The same tokens
@@ -129,18 +168,28 @@ class LocalEngine:
         with self._lock, self._clear_cache_on_error():
             if request.options.cold:
                 self.reset_caches()
-            ids = self.prompt_ids(request.prefix, request.suffix)
+            prompt = self.prompt(request.prefix, request.suffix, heal=request.options.heal, fim=request.options.fim)
+            ids = prompt.ids
             state = StreamState(started=start)
             reused_before = self.prompt_cache.reused_tokens
             first_ms = None
-            tokens = self._tokens(ids, request.max_new_tokens, self.end_ids, request.cancel,
-                                  self.settings.speculative)
-            for piece in stream_text(tokens, self.decode, request.stop, self.end_ids, state):
+            if prompt.healed:
+                tokens = self._healed_tokens(prompt, request.max_new_tokens, self.end_ids, request.cancel,
+                                             self.settings.speculative)
+            else:
+                tokens = self._tokens(ids, request.max_new_tokens, self.end_ids, request.cancel,
+                                      self.settings.speculative)
+            cut = len(prompt.healed)  # the tokens spell the healed text first: the suggestion starts after it
+
+            def after_cursor(generated: list[int]) -> str:
+                return self.decode(generated)[cut:]
+
+            for piece in stream_text(tokens, after_cursor, request.stop, self.end_ids, state):
                 if first_ms is None:
                     first_ms = (time.perf_counter() - start) * 1000
                 yield piece
             # Across requests: the next keystroke often types the start of this suggestion.
-            self.speculator.finish(ids[-32:] + self.encode(state.text))
+            self.speculator.finish(ids[-32:] + self.encode(prompt.healed + state.text))
             self.prompt_cache.remember()
         latency = (time.perf_counter() - start) * 1000
         if request.cancel.is_set():

@@ -36,6 +36,8 @@ class RequestOptions:
     """Per-request choices that are not about the text."""
 
     cold: bool = False  # forget cached prompts and drafts first (cold-start measurements)
+    heal: bool = True  # token healing: end the prompt at a token boundary, generate the cut text first
+    fim: bool = True  # the model's fill-in-the-middle prompt where it has one; False: the prefix alone
 
 
 @dataclass

@@ -28,11 +28,13 @@ from .verify import Candidate, DraftTree, accept_longest_path, build_tree, tree_
 
 @torch.inference_mode()
 def greedy_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids: set[int],
-                  prompt_cache: kv.PromptCache, cancel: threading.Event | None = None) -> Iterator[int]:
-    """Plain greedy decoding with a KV cache (the reference); yields each new token, EOS included."""
+                  prompt_cache: kv.PromptCache, cancel: threading.Event | None = None,
+                  start: tuple[torch.Tensor, torch.Tensor] | None = None) -> Iterator[int]:
+    """Plain greedy decoding with a KV cache (the reference); yields each new token, EOS included.
+    `start`: the cache already holds `input_ids`, and this is the (hidden state, logits) after them."""
     if max_new_tokens <= 0:
         return
-    _, logits = prompt_cache.prefill_hidden(model, input_ids)
+    _, logits = start if start is not None else prompt_cache.prefill_hidden(model, input_ids)
     for step in range(max_new_tokens):
         if cancel is not None and cancel.is_set():
             return
@@ -40,7 +42,7 @@ def greedy_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids: set
         yield token
         if token in eos_ids or step == max_new_tokens - 1:
             return
-        logits = prompt_cache.append(model, token)
+        _, logits = prompt_cache.append(model, token)
 
 
 @dataclass
@@ -184,11 +186,13 @@ class Speculator:
 
     @torch.inference_mode()
     def tokens(self, model, prompt_cache: kv.PromptCache, input_ids: list[int], max_new_tokens: int,
-               eos_ids: set[int], cancel: threading.Event | None = None) -> Iterator[int]:
-        """Greedy decoding that verifies a tree of drafted tokens per forward pass."""
+               eos_ids: set[int], cancel: threading.Event | None = None,
+               start: tuple[torch.Tensor, torch.Tensor] | None = None) -> Iterator[int]:
+        """Greedy decoding that verifies a tree of drafted tokens per forward pass. `start`: the
+        cache already holds `input_ids`, and this is the (hidden state, logits) after them."""
         if max_new_tokens <= 0:
             return
-        hidden_last, logits = prompt_cache.prefill_hidden(model, input_ids)
+        hidden_last, logits = start if start is not None else prompt_cache.prefill_hidden(model, input_ids)
         context = list(input_ids)
         produced = 0
         self.controller.reset()

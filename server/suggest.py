@@ -348,7 +348,7 @@ class Suggester:
         if ticket.stale():  # an edit arrived while the context was built
             return None
         request = CompletionRequest(context.prefix, context.suffix, doc.language, max_new_tokens(settings, multiline),
-                                    stop, gen.cancel, RequestOptions(cold=cold))
+                                    stop, gen.cancel, RequestOptions(cold=cold, heal=settings.token_healing))
         stream = engine.stream(request)
         text = ""
         try:

@@ -18,6 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, help="longest completion in tokens (default 64)")
     parser.add_argument("--multiline", choices=["auto", "always", "never"], help="default: auto")
     parser.add_argument("--budget", type=int, dest="context_budget", help="prompt token budget (default 1024)")
+    parser.add_argument("--token-healing", action=argparse.BooleanOptionalAction, default=None,
+                        help="end the prompt at a token boundary and let the model rewrite the cut text "
+                             "(default: on, or the config's token_healing)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run N times from cold caches and report the median latency (default 1)")
     add_json_argument(parser)
@@ -28,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = {"model": args.model, "device": args.device, "dtype": args.dtype,
                  "max_new_tokens": args.max_new_tokens, "multiline": args.multiline,
-                 "context_budget": args.context_budget}
+                 "context_budget": args.context_budget, "token_healing": args.token_healing}
     settings = settings_for(args.cursor.path, overrides)
     doc, cursor = load_document(args.cursor)
     suggester = Suggester(fallback=False)

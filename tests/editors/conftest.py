@@ -28,7 +28,8 @@ vim.opt.rtp:prepend(os.getenv("MEMOSIGHT_PLUGIN_DIR"))
 vim.opt.swapfile = false
 require("memosight").setup({{{setup}
   cmd = {{ os.getenv("MEMOSIGHT_PYTHON"), "-m", "memosight.server", "--stdio", "--log-level", "debug" }},
-  settings = {{ model = os.getenv("MEMOSIGHT_MODEL"), max_new_tokens = tonumber(os.getenv("MEMOSIGHT_MAX_NEW_TOKENS")) }},
+  settings = {{ model = os.getenv("MEMOSIGHT_MODEL"), max_new_tokens = tonumber(os.getenv("MEMOSIGHT_MAX_NEW_TOKENS")),
+               token_healing = false }},  -- the repeater model writes "x" forever: no rewriting of the word first
 }})
 """
 

@@ -295,7 +295,8 @@ def test_extension_completes_counts_acceptance_and_restarts_with_the_real_server
     driver.write_text(DRIVER_JS)
     result = tmp_path / "result.json"
     user_settings = {"memosight.pythonPath": sys.executable, "memosight.model": str(repeater_model_dir),
-                     "memosight.maxNewTokens": MAX_NEW_TOKENS, "memosight.logLevel": "debug"}
+                     "memosight.maxNewTokens": MAX_NEW_TOKENS, "memosight.logLevel": "debug",
+                     "memosight.tokenHealing": False}  # the repeater writes "x": no rewriting of the word first
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                MEMOSIGHT_EXTENSION_DIR=str(built_extension), MEMOSIGHT_FILE=str(source),
                MEMOSIGHT_RESULT=str(result), MEMOSIGHT_SETTINGS=json.dumps(user_settings))

@@ -46,7 +46,9 @@ def inline_params(uri: str, line: int, character: int) -> types.InlineCompletion
 
 async def test_a_real_model_completes_after_edits_counts_acceptance_and_reports_its_cache(tmp_path, repeater_model_dir,
                                                                                         lsp_status):
-    async with stdio_session(tmp_path, {"model": str(repeater_model_dir), "max_new_tokens": 8}) as client:
+    # The repeater model writes "x" forever: token healing would make it rewrite the word first.
+    options = {"model": str(repeater_model_dir), "max_new_tokens": 8, "token_healing": False}
+    async with stdio_session(tmp_path, options) as client:
         uri = open_doc(client, tmp_path / "a.py")
         # Type " ret" at the start of a new line inside main(), as an editor would.
         client.text_document_did_change(types.DidChangeTextDocumentParams(
@@ -67,7 +69,8 @@ async def test_a_real_model_completes_after_edits_counts_acceptance_and_reports_
 
 async def test_cancel_request_stops_generation_quickly(tmp_path, repeater_model_dir, lsp_status):
     # Multi-line: a single line would stop at 32 tokens, and this needs a long generation.
-    options = {"model": str(repeater_model_dir), "max_new_tokens": 1024, "speculative": False, "multiline": "always"}
+    options = {"model": str(repeater_model_dir), "max_new_tokens": 1024, "speculative": False, "multiline": "always",
+               "token_healing": False}
     async with stdio_session(tmp_path, options) as client:
         uri = open_doc(client, tmp_path / "a.py")
         pending = asyncio.wrap_future(client.protocol.send_request(

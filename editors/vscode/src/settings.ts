@@ -14,6 +14,7 @@ export const SERVER_SETTING_KEYS = [
   "suffixShare",
   "languages",
   "speculative",
+  "tokenHealing",
   "kvCacheMb",
   "latencyBudgetMs",
   "logLevel",

@@ -8,7 +8,7 @@ SAMPLE = Path(__file__).parents[2] / "data" / "sample.py"
 
 def test_complete_prints_the_suggestion_and_its_latency(capsys, repeater_model_dir):
     assert main(["complete", f"{SAMPLE}:33:20", "--model", str(repeater_model_dir), "--max-new-tokens", "5",
-                 "--repeat", "2", "--json"]) == 0
+                 "--repeat", "2", "--no-token-healing", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["completion"] == "xxxxx"
     assert out["latency_ms"] > 0 and len(out["latencies_ms"]) == 2

@@ -66,6 +66,7 @@ test("contributed defaults are the server's defaults", () => {
     suffixShare: 0.25,
     languages: [],
     speculative: true,
+    tokenHealing: true,
     kvCacheMb: 256,
     latencyBudgetMs: 100,
     logLevel: "info",
