@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .protocol import (Completion, CompletionRequest, Engine, EngineError, EngineSettings, RequestOptions,
-                       StopRule, Stream)
+from .protocol import (Completion, CompletionRequest, Engine, EngineError, EngineSettings, ModelLoadError,
+                       RequestOptions, StopRule, Stream)
 
 if TYPE_CHECKING:
-    from .loading import ModelLoadError
     from .local import LocalEngine
 
 
@@ -24,10 +23,6 @@ def load_engine(model: str | None = None, device: str | None = None, dtype: str 
 
 
 def __getattr__(name: str):
-    if name == "ModelLoadError":
-        from .loading import ModelLoadError
-
-        return ModelLoadError
     if name == "LocalEngine":
         from .local import LocalEngine
 

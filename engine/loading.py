@@ -10,18 +10,15 @@ from pathlib import Path
 
 import torch
 
+from .gguf import dequantized_folder, gguf_file
 from .local import LocalEngine
-from .protocol import EngineError
+from .protocol import ModelLoadError
 from .threads import PrefillThreads
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class ModelLoadError(EngineError):
-    """A model could not be loaded; the message names the model and how to fix it."""
 
 
 def default_model_dir() -> Path:
@@ -70,6 +67,9 @@ def _resolve(model: str | None) -> tuple[str, bool]:
                 f"the embedded default model is missing from {DEFAULT_MODEL_DIR}; reinstall memosight, "
                 "or set model = \"/path/to/a/model/folder\" in .memosight.toml")
         return str(DEFAULT_MODEL_DIR), True
+    gguf = gguf_file(model)
+    if gguf is not None:
+        return str(dequantized_folder(gguf)), True
     path = Path(model).expanduser()
     if path.exists() or model.startswith((".", "/", "~")) or os.sep + os.sep in model:
         if not path.is_dir():

@@ -17,6 +17,10 @@ class EngineError(RuntimeError):
     """A problem the user can fix (a missing model folder, an unknown device); the message says how."""
 
 
+class ModelLoadError(EngineError):
+    """A model could not be loaded; the message names the model and how to fix it."""
+
+
 @dataclass(frozen=True)
 class StopRule:
     """Where a completion must end, besides EOS and the token limit."""
