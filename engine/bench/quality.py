@@ -1,25 +1,28 @@
 """How well a model predicts code it has never seen (`memosight bench quality`).
 
-On any folder of source files it measures
-  - held-out loss and top-1 next-token accuracy (files joined with <|endoftext|>, packed windows),
+On any folder of source files, for any model the engine loads (a folder, a GGUF file, a packaged
+name), it measures
+  - held-out loss, bits per character and top-1 next-token accuracy (files joined with
+    <|endoftext|>, packed windows),
   - next-line exact match: the cursor sits after a line's indentation; the model sees the file
-    above the cursor (plain prefix) or also the text below the line (FIM: prefix + suffix), decodes
-    greedily until a newline, and must reproduce the rest of the line exactly (trailing blanks ignored).
+    above the cursor (plain prefix), with and without token healing, or also the text below the
+    line (FIM: prefix + suffix, for models with FIM tokens), decodes greedily to the end of the
+    line, and must reproduce the rest of the line exactly (trailing blanks ignored); and the share
+    of the lines' characters it got right as a prefix.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ..fim import arrange
-from ..kv import PromptCache
-from ..speculate import greedy_tokens
+from ..local import LocalEngine
+from ..protocol import CompletionRequest, RequestOptions, StopRule
 from ..train.corpus import read_folder
 from ..train.data import eval_windows
 from ..train.loop import evaluate
@@ -40,11 +43,14 @@ class QualityReport:
     corpus: str
     files: int
     tokens: int  # predictions scored for loss/accuracy
-    loss: float
+    loss: float  # nats per token
+    bits_per_char: float  # the same loss per character of text: comparable across tokenizers
     top1_accuracy: float
     next_line_samples: int
-    next_line_exact: float  # plain prefix
-    next_line_fim_exact: float  # prefix + suffix
+    next_line_exact: float  # plain prefix, token healing
+    next_line_exact_unhealed: float  # plain prefix, the prompt ending exactly at the cursor
+    next_line_prefix_chars: float  # plain prefix, healed: share of the lines' characters right as a prefix
+    next_line_fim_exact: float | None  # prefix + suffix, healed; None for a model without FIM tokens
     fim_order: str  # psm or spm
     seconds: float
     examples: list[dict] = field(default_factory=list)
@@ -70,69 +76,76 @@ def sample_lines(path: str, text: str, per_file: int, rng) -> list[LineSample]:
 
 
 class LineCompleter:
-    """Greedy single-line completion with a Hugging Face causal LM (plain or StarCoder FIM)."""
+    """Greedy completion of the rest of a line through the engine, from a prompt cut to a budget."""
 
-    def __init__(self, model, tokenizer, prefix_tokens: int, suffix_tokens: int, max_new_tokens: int,
-                 fim_order: str = "psm"):
-        self.model, self.tokenizer, self.fim_order = model, tokenizer, fim_order
+    def __init__(self, engine: LocalEngine, prefix_tokens: int, suffix_tokens: int, max_new_tokens: int):
+        self.engine = engine
         self.prefix_tokens, self.suffix_tokens, self.max_new_tokens = prefix_tokens, suffix_tokens, max_new_tokens
-        vocab = tokenizer.get_vocab()
-        self.fim_ids = [vocab.get(t) for t in ("<fim_prefix>", "<fim_suffix>", "<fim_middle>")]
-        self.newline_ids = {i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])}
 
-    def prompt_ids(self, prefix: str, suffix: str | None) -> list[int]:
-        encode = lambda s: self.tokenizer.encode(s, add_special_tokens=False) if s else []  # noqa: E731
-        prefix_ids = encode(prefix)[-self.prefix_tokens :]
-        if suffix is None:
-            return prefix_ids
-        if None in self.fim_ids:
-            raise ValueError("this tokenizer has no <fim_prefix>/<fim_suffix>/<fim_middle> tokens")
-        return arrange(*self.fim_ids, prefix_ids, encode(suffix)[: self.suffix_tokens], self.fim_order)
+    def _cut(self, text: str, tokens: int, from_end: bool) -> str:
+        ids = self.engine.encode(text)
+        if len(ids) <= tokens:
+            return text
+        return self.engine.decode(ids[-tokens:] if from_end else ids[:tokens])
 
-    def complete(self, prefix: str, suffix: str | None = None) -> str:
-        """The rest of the line: greedy tokens until a newline, EOS or the limit."""
-        ids = self.prompt_ids(prefix, suffix)
-        ends = {self.tokenizer.eos_token_id, *self.fim_ids}
-        out: list[int] = []
-        for token in greedy_tokens(self.model, ids, self.max_new_tokens, ends, PromptCache()):
-            if token in ends:
-                break
-            out.append(token)
-            if token in self.newline_ids:
-                break
-        return self.tokenizer.decode(out).split("\n", 1)[0]
+    def complete(self, prefix: str, suffix: str | None = None, heal: bool = True) -> str:
+        """The rest of the line; `suffix` None: the prefix alone, else the model's FIM prompt."""
+        request = CompletionRequest(self._cut(prefix, self.prefix_tokens, True),
+                                    self._cut(suffix, self.suffix_tokens, False) if suffix else "",
+                                    max_new_tokens=self.max_new_tokens, stop=StopRule(single_line=True),
+                                    options=RequestOptions(heal=heal, fim=suffix is not None))
+        return self.engine.stream(request).result().text
 
 
-def run_quality(corpus_dir: str, model_dir: str | Path, *, max_files: int | None = None,
+def correct_prefix(guess: str, target: str) -> int:
+    n = 0
+    while n < min(len(guess), len(target)) and guess[n] == target[n]:
+        n += 1
+    return n
+
+
+def bits_per_char(engine: LocalEngine, windows: torch.Tensor, loss: float, tokens: int) -> float:
+    """The held-out loss per character of the text it was measured on (special tokens not counted)."""
+    chars = sum(len(engine.tokenizer.decode(w[1:].tolist(), skip_special_tokens=True)) for w in windows)
+    return loss * tokens / math.log(2) / max(chars, 1)
+
+
+def run_quality(corpus_dir: str, engine: LocalEngine, *, max_files: int | None = None,
                 extensions: tuple[str, ...] = (".py",), seq_len: int = 1024, max_tokens: int = 100_000,
                 lines_per_file: int = 4, prefix_tokens: int = 768, suffix_tokens: int = 192,
-                max_new_tokens: int = 48, seed: int = 0, examples: int = 0, fim_order: str = "psm") -> QualityReport:
+                max_new_tokens: int = 48, seed: int = 0, examples: int = 0) -> QualityReport:
     started = time.time()
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     files = read_folder(corpus_dir, extensions=extensions, max_files=max_files)
     if not files:
         raise FileNotFoundError(f"no {', '.join(extensions)} files under {corpus_dir}")
 
-    held_out = evaluate(model, eval_windows(tokenizer, [f.text for f in files], seq_len, max_tokens), autocast=False)
+    windows = eval_windows(engine.tokenizer, [f.text for f in files], seq_len, max_tokens).to(engine.device)
+    with torch.inference_mode():
+        held_out = evaluate(engine.model, windows, autocast=False)
+    bpc = bits_per_char(engine, windows, held_out.loss, held_out.tokens)
 
     rng = random.Random(seed)
     samples = [s for f in files for s in sample_lines(f.path, f.text, lines_per_file, rng)]
-    completer = LineCompleter(model, tokenizer, prefix_tokens, suffix_tokens, max_new_tokens, fim_order)
-    plain_hits = fim_hits = 0
+    completer = LineCompleter(engine, prefix_tokens, suffix_tokens, max_new_tokens)
+    hits = {"plain": 0, "unhealed": 0, "fim": 0}
+    right_chars = total_chars = 0
     shown: list[dict] = []
     for sample in samples:
-        plain = completer.complete(sample.prefix)
-        fim = completer.complete(sample.prefix, sample.suffix)
-        plain_hits += plain.rstrip() == sample.target
-        fim_hits += fim.rstrip() == sample.target
+        guesses = {"plain": completer.complete(sample.prefix),
+                   "unhealed": completer.complete(sample.prefix, heal=False)}
+        if engine.fim.has_fim:
+            guesses["fim"] = completer.complete(sample.prefix, sample.suffix)
+        for mode, guess in guesses.items():
+            hits[mode] += guess.rstrip() == sample.target
+        right_chars += correct_prefix(guesses["plain"], sample.target)
+        total_chars += len(sample.target)
         if len(shown) < examples:
-            shown.append({"path": sample.path, "line": sample.line, "target": sample.target,
-                          "plain": plain, "fim": fim})
+            shown.append({"path": sample.path, "line": sample.line, "target": sample.target, **guesses})
     n = max(len(samples), 1)
-    return QualityReport(str(model_dir), str(corpus_dir), len(files), held_out.tokens, held_out.loss,
-                         held_out.accuracy, len(samples), plain_hits / n, fim_hits / n, fim_order, time.time() - started,
-                         shown)
+    return QualityReport(engine.name, str(corpus_dir), len(files), held_out.tokens, held_out.loss, bpc,
+                         held_out.accuracy, len(samples), hits["plain"] / n, hits["unhealed"] / n,
+                         right_chars / max(total_chars, 1), hits["fim"] / n if engine.fim.has_fim else None,
+                         engine.fim_order, time.time() - started, shown)
 
 
 def format_table(report: QualityReport) -> str:
@@ -140,10 +153,14 @@ def format_table(report: QualityReport) -> str:
         ("model", report.model),
         ("corpus", f"{report.corpus} ({report.files} files)"),
         ("held-out loss", f"{report.loss:.4f} nats/token over {report.tokens:,} tokens"),
+        ("bits per character", f"{report.bits_per_char:.3f}"),
         ("top-1 next-token accuracy", f"{report.top1_accuracy:.2%}"),
         ("next-line exact match (prefix)", f"{report.next_line_exact:.2%} of {report.next_line_samples} lines"),
+        ("  without token healing", f"{report.next_line_exact_unhealed:.2%}"),
+        ("  characters right as a prefix", f"{report.next_line_prefix_chars:.2%}"),
         (f"next-line exact match (FIM, {report.fim_order.upper()})",
-         f"{report.next_line_fim_exact:.2%} of {report.next_line_samples} lines"),
+         f"{report.next_line_fim_exact:.2%} of {report.next_line_samples} lines"
+         if report.next_line_fim_exact is not None else "- (the model has no FIM tokens)"),
         ("wall time", f"{report.seconds:.1f} s"),
     ]
     width = max(len(name) for name, _ in rows)

@@ -1,12 +1,14 @@
 """`memosight bench quality --corpus DIR [--json]`: how well a model predicts code it has never seen.
 
-On any folder of source files it measures
-  - held-out loss and top-1 next-token accuracy (files joined with <|endoftext|>, packed windows),
+On any folder of source files, for any model the engine loads, it measures
+  - held-out loss, bits per character and top-1 next-token accuracy,
   - next-line exact match: the cursor sits after a line's indentation; the model sees the file
-    above the cursor (plain prefix) or also the text below the line (FIM: prefix + suffix), decodes
-    greedily until a newline, and must reproduce the rest of the line exactly (trailing blanks ignored).
+    above the cursor (plain prefix, with and without token healing) or also the text below the
+    line (FIM: prefix + suffix, for models with FIM tokens), decodes greedily until a newline, and
+    must reproduce the rest of the line exactly (trailing blanks ignored); and the share of the
+    lines' characters it got right as a prefix.
 
-    memosight bench quality --corpus /work/data/eval [--model DIR] [--json] [--max-files N]
+    memosight bench quality --corpus /work/data/eval [--model DIR|FILE.gguf|smollm2-135m] [--json]
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from .common import CommandError, add_json_argument, print_result, say
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, metavar="DIR", help="folder of source files to evaluate on")
-    parser.add_argument("--model", metavar="DIR", help="model folder (default: the embedded engine/models/default)")
+    parser.add_argument("--model", help="model folder, GGUF file, packaged name (smollm2-135m) or Hugging Face id "
+                                        "(default: the embedded model)")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
     add_json_argument(parser)
     parser.add_argument("--max-files", type=int, help="evaluate at most this many files (sorted by path)")
     parser.add_argument("--ext", action="append", help="file extension to read, repeatable (default .py)")
@@ -30,8 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefix-tokens", type=int, default=768, help="prompt budget for the text above the cursor")
     parser.add_argument("--suffix-tokens", type=int, default=192, help="prompt budget for the text below (FIM)")
     parser.add_argument("--max-new-tokens", type=int, default=48, help="decode limit per line")
-    parser.add_argument("--fim-order", default="psm", choices=("psm", "spm"),
-                        help="FIM prompt order: psm = <fim_prefix>P<fim_suffix>S<fim_middle>, "
+    parser.add_argument("--fim-order", choices=("psm", "spm"),
+                        help="FIM prompt order (default: the model's own): psm = <fim_prefix>P<fim_suffix>S<fim_middle>, "
                         "spm = <fim_prefix><fim_suffix>S<fim_middle>P (StarCoder SPM)")
     parser.add_argument("--seed", type=int, default=0, help="chooses the sampled lines")
     parser.add_argument("--show", type=int, default=0, help="print this many sampled completions to stderr")
@@ -39,23 +43,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from memosight.engine.bench.quality import format_table, run_quality
-    from memosight.engine.loading import default_model_dir
+    from memosight.engine.loading import load_engine
 
-    model_dir = Path(args.model) if args.model else default_model_dir()
-    if not (model_dir / "config.json").exists():
-        raise CommandError(f"no model in {model_dir}: give --model a folder written by save_pretrained")
     if not Path(args.corpus).is_dir():
         raise CommandError(f"corpus folder {args.corpus!r} does not exist; give a folder of source files")
+    engine = load_engine(args.model, device=args.device, dtype="float32")  # a model that fails: EngineError
+    if args.fim_order:
+        engine.fim_order = args.fim_order
     try:
-        report = run_quality(args.corpus, model_dir, max_files=args.max_files,
+        report = run_quality(args.corpus, engine, max_files=args.max_files,
                              extensions=tuple(args.ext or [".py"]), seq_len=args.seq_len, max_tokens=args.max_tokens,
                              lines_per_file=args.lines_per_file, prefix_tokens=args.prefix_tokens,
                              suffix_tokens=args.suffix_tokens, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                             examples=args.show, fim_order=args.fim_order)
-    except (FileNotFoundError, ValueError) as exc:  # no files of that kind; a model without FIM tokens
+                             examples=args.show)
+    except FileNotFoundError as exc:  # no files of that kind
         raise CommandError(str(exc)) from exc
     for example in report.examples:
-        say(f"{example['path']}:{example['line']}\n  target {example['target']!r}\n  plain  {example['plain']!r}"
-            f"\n  fim    {example['fim']!r}")
+        say("\n".join([f"{example['path']}:{example['line']}", f"  target   {example['target']!r}"] +
+                       [f"  {mode:<8} {example[mode]!r}" for mode in ("plain", "unhealed", "fim") if mode in example]))
     print_result(asdict(report), args.json, lambda _: format_table(report))
     return 0

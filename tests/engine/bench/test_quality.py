@@ -20,14 +20,19 @@ def test_sampled_lines_put_the_cursor_after_the_indentation():
 
 def test_line_completer_is_greedy_until_the_line_ends(tiny_model_dir):
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
-    completer = quality.LineCompleter(model, tokenizer, prefix_tokens=64, suffix_tokens=16, max_new_tokens=12)
+    from memosight.engine import load_engine
+
+    engine = load_engine(str(tiny_model_dir), device="cpu")
+    completer = quality.LineCompleter(engine, prefix_tokens=64, suffix_tokens=16, max_new_tokens=12)
     prefix = "def join(a, b):\n    return"
-    ids = completer.prompt_ids(prefix, None)
-    expected = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0, len(ids):].tolist()
-    text = tokenizer.decode(expected)
-    eos = tokenizer.decode([tokenizer.eos_token_id])
-    assert completer.complete(prefix) == text.split(eos)[0].split("\n")[0]
+    ids = engine.encode(prefix)
+    expected = engine.model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0, len(ids):].tolist()
+    text = engine.tokenizer.decode(expected)
+    eos = engine.tokenizer.decode([engine.tokenizer.eos_token_id])
+    assert completer.complete(prefix, heal=False) == text.split(eos)[0].split("\n")[0]
+    assert isinstance(completer.complete(prefix), str)  # healed: the prompt ends before "return"
+
+
+def test_correct_prefix_counts_matching_characters():
+    assert quality.correct_prefix("return x + 1", "return x - 1") == 9 and quality.correct_prefix("", "x") == 0
