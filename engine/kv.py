@@ -311,6 +311,23 @@ class PromptCache:
         last = hidden[0, -1]
         return last, model.get_output_embeddings()(last)
 
+    def warm(self, model, input_ids: list[int], cancel, chunk: int = 64) -> int:
+        """Bring the cache to all of `input_ids` but the last token (a request runs that one for its
+        logits), `chunk` tokens a forward pass, stopping between passes once `cancel` is set. Not
+        counted as a prompt: the request that follows counts what it finds here. Returns the
+        positions computed now."""
+        keep = self._reuse(model, input_ids)
+        self.tokens = list(input_ids[:keep])
+        device = next(model.parameters()).device
+        position = keep
+        while position < len(input_ids) - 1 and not cancel.is_set():
+            end = min(position + chunk, len(input_ids) - 1)
+            with self.prefill_threads.for_prefill(end - position) if self.prefill_threads else contextlib.nullcontext():
+                forward_hidden(model, torch.tensor([input_ids[position:end]], device=device), self.cache)
+            position = end
+            self.tokens = list(input_ids[:position])
+        return position - keep
+
     def append(self, model, token: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Run one more token; the last hidden state and the logits after it."""
         device = next(model.parameters()).device

@@ -28,6 +28,7 @@ class Settings:
     languages: tuple[str, ...] = ()  # language ids to complete; empty = all
     speculative: bool = True  # speculative decoding (identical output, faster)
     token_healing: bool = True  # end the prompt at a token boundary; the model first writes the text cut off
+    prefill_on_edit: bool = True  # compute the likely next prompt as soon as an edit lands
     kv_cache_mb: int = 256  # memory bound of the cross-request KV prefix cache
     latency_budget_ms: int = 100  # multi-line completions end at the last complete line after this (0 = off)
     log_level: str = "info"  # "debug" | "info" | "warning" | "error"
@@ -108,6 +109,7 @@ VALIDATORS = {
     "languages": _languages,
     "speculative": _bool,
     "token_healing": _bool,
+    "prefill_on_edit": _bool,
     "kv_cache_mb": _int_range(0, 65536),
     "latency_budget_ms": _int_range(0, 60000),
     "log_level": _choice("debug", "info", "warning", "error"),

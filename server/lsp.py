@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import resource
 from collections.abc import Callable
 from pathlib import Path
 
@@ -142,12 +143,15 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
         if doc is None:
             log.warning("didChange for %s, which is not open; ignored", params.text_document.uri)
             return
+        edit = None
         for change in params.content_changes:
             if isinstance(change, types.TextDocumentContentChangePartial):
-                doc.apply_change(change.text, _to_position(change.range.start), _to_position(change.range.end))
+                edit = doc.apply_change(change.text, _to_position(change.range.start), _to_position(change.range.end))
             else:
                 doc.apply_change(change.text)
         doc.version = params.text_document.version
+        if edit is not None:  # the cursor is most likely where the last edit ended
+            ls.suggester.warm(doc, edit.new_end, ls.settings)
 
     @ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: MemoSightServer, params: types.DidCloseTextDocumentParams) -> None:
@@ -184,6 +188,7 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
         out["version"] = __version__
         out["documents"] = len(ls.documents.all())
         out["settings"] = dataclasses.asdict(ls.settings)
+        out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
         return out
 
     @ls.command(ACCEPTED_COMMAND)

@@ -147,6 +147,7 @@ class Suggester:
         self._engine_future: Future | None = None
         self._engine_key: tuple | None = None
         self._jobs: dict[str, Job] = {}
+        self._warm_ups: dict[str, threading.Event] = {}  # uri -> the cancel event of its pending warm-up
         self._shown: dict[str, Shown] = {}
         self._messages: deque[str] = deque()  # for the user, filled on the engine thread
         self._stopped = False
@@ -244,6 +245,32 @@ class Suggester:
             return shown.text[len(typed):]
         return None
 
+    def warm(self, doc: Document, cursor: int, settings: Settings) -> None:
+        """An edit landed at `cursor`: prefill the prompt a request there would get, now, on the
+        engine thread. Editors wait 75-350 ms before they ask; the request then finds its prompt
+        (mostly) computed. A newer edit or the request itself stops it between chunks."""
+        engine = self.engine_if_ready()
+        self._stop_warm_up(doc.uri)
+        if engine is None or not settings.prefill_on_edit or self._stopped:
+            return
+        cancel = self._warm_ups[doc.uri] = threading.Event()
+        self._executor.submit(self._warm_up, engine, Ticket.of(doc, cursor), settings, cancel)
+
+    def _stop_warm_up(self, uri: str) -> None:
+        cancel = self._warm_ups.pop(uri, None)
+        if cancel is not None:
+            cancel.set()
+
+    def _warm_up(self, engine: Engine, ticket: Ticket, settings: Settings, cancel: threading.Event) -> None:
+        if cancel.is_set() or ticket.stale():
+            return
+        try:
+            context = self.build_context(engine, ticket.doc, ticket.cursor, settings)
+            engine.prefill(CompletionRequest(context.prefix, context.suffix, ticket.doc.language, cancel=cancel,
+                                             options=RequestOptions(heal=settings.token_healing)))
+        except Exception:  # noqa: BLE001 - a failed warm-up costs only the head start
+            log.exception("prefill after an edit failed")
+
     def forget(self, uri: str) -> None:
         """Drop what was shown for a document (closed, or a fresh request is wanted)."""
         self._shown.pop(uri, None)
@@ -286,6 +313,7 @@ class Suggester:
             latency = (time.perf_counter() - started) * 1000
             self.counters.latencies_ms.append(latency)
             return Suggestion(rest, cursor, latency, 0, "typed_through")
+        self._stop_warm_up(doc.uri)  # the request prefills the rest itself, from where it stopped
         job = self.start_job(doc, cursor)
         gen = job.generation
         loop = asyncio.get_running_loop()

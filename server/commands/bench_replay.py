@@ -256,6 +256,7 @@ def summarize(stats: Replay, before: dict, after: dict, functions: int) -> dict:
         "cancelled_by_client": stats.cancelled_by_client, "server_cancelled": delta["cancelled"],
         "server_superseded": delta["superseded"], "stale_suggestions": stats.stale,
         "crossed_cancellations": stats.crossed,
+        "server_peak_rss_mb": after.get("peak_rss_mb"),
     }
 
 
@@ -271,7 +272,8 @@ def render(result: dict) -> str:
         f"({result['chars_saved_share']:.1%}), {result['accepted']} acceptances",
         f"cancelled by the client {result['cancelled_by_client']}  server: cancelled {result['server_cancelled']} "
         f"superseded {result['server_superseded']}  stale suggestions {result['stale_suggestions']} "
-        f"(answers that crossed a cancellation: {result['crossed_cancellations']})"])
+        f"(answers that crossed a cancellation: {result['crossed_cancellations']})",
+        f"server peak memory {result['server_peak_rss_mb']} MB"])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -140,3 +140,18 @@ def test_a_finished_stream_keeps_its_completion_when_read_or_closed_again(tiny_m
     text = "".join(stream)
     stream.close()
     assert stream.result().text == text and list(stream) == []
+
+
+def test_a_prefilled_prompt_is_found_warm_and_a_cancelled_prefill_keeps_what_it_did(tiny_model_dir):
+    engine = load_engine(str(tiny_model_dir), device="cpu")
+    prefix = "def add(a, b):\n    return a + b\n" * 40
+    engine.prefill(CompletionRequest(prefix, max_new_tokens=4))
+    warm = engine.stream(CompletionRequest(prefix, max_new_tokens=4)).result()
+    assert warm.prompt_tokens - warm.reused_tokens <= 1  # only the last token ran on the request's path
+    assert engine.status()["cache"]["prefilled_ahead"] == warm.prompt_tokens - 1
+    stopped = threading.Event()
+    stopped.set()
+    engine.prefill(CompletionRequest(prefix + "x = 1\n" * 50, max_new_tokens=4, cancel=stopped))
+    assert engine.status()["cache"]["prefilled_ahead"] == warm.prompt_tokens - 1  # cancelled: nothing more
+    cold = engine.stream(CompletionRequest(prefix, max_new_tokens=4)).result()
+    assert cold.text == warm.text

@@ -27,6 +27,7 @@ class ScriptedEngine:
     def __init__(self, text: str = "x", delay: float = 0.0, repeat: bool = True):
         self.text, self.delay, self.repeat = text, delay, repeat
         self.requests: list[CompletionRequest] = []
+        self.prefills: list[CompletionRequest] = []
         self.settings: list[EngineSettings] = []
         self.running = threading.Event()  # set while a generation runs
         self.emitted = 0  # tokens written by the current generation
@@ -68,6 +69,9 @@ class ScriptedEngine:
         latency = (time.perf_counter() - started) * 1000
         return Completion(state.text, state.tokens, self.count_tokens(request.prefix + request.suffix), latency,
                           latency, state.stop_reason)
+
+    def prefill(self, request: CompletionRequest) -> None:
+        self.prefills.append(request)
 
     def status(self) -> dict:
         return {"model": "scripted", "device": "cpu", "dtype": "float32", "cache": {"hit_rate": 0.0}}

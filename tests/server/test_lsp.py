@@ -255,3 +255,27 @@ async def test_bad_requests_get_clear_answers_and_the_server_stays_up(tmp_path, 
         messages = " | ".join(m.message for m in client.messages)
         assert "binary" in messages and "8 MB limit" in messages
         assert (await lsp_status(client))["state"] == "ready"
+
+
+async def test_an_edit_starts_the_prefill_of_the_prompt_at_its_end(tmp_path, lsp_session):
+    async with lsp_session(tmp_path, init_options={"max_new_tokens": 4}) as client:
+        uri = open_doc(client, tmp_path / "a.py")
+        await inline(client, uri, 1, 4)  # the engine is loaded: warm-ups need one
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            [types.TextDocumentContentChangePartial(
+                range=types.Range(types.Position(5, 20), types.Position(5, 20)), text="\n    tot")]))
+        await eventually(lambda: client.engine.prefills)
+        (warm,) = client.engine.prefills
+        assert warm.prefix.endswith("print(add(1, 2))\n    tot")  # the prompt a request there would get
+        await inline(client, uri, 6, 7)
+        assert warm.cancel.is_set()  # the request took over from it
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+            settings={"memosight": {"prefillOnEdit": False}}))
+        await eventually(lambda: not client.server.settings.prefill_on_edit)
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(uri=uri, version=3),
+            [types.TextDocumentContentChangePartial(
+                range=types.Range(types.Position(6, 7), types.Position(6, 7)), text="al")]))
+        await inline(client, uri, 6, 9)
+        assert len(client.engine.prefills) == 1

@@ -15,6 +15,7 @@ export const SERVER_SETTING_KEYS = [
   "languages",
   "speculative",
   "tokenHealing",
+  "prefillOnEdit",
   "kvCacheMb",
   "latencyBudgetMs",
   "logLevel",

@@ -67,6 +67,7 @@ test("contributed defaults are the server's defaults", () => {
     languages: [],
     speculative: true,
     tokenHealing: true,
+    prefillOnEdit: true,
     kvCacheMb: 256,
     latencyBudgetMs: 100,
     logLevel: "info",
