@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
+import json
 import os
 import random
 import sys
@@ -31,8 +32,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pause-ms", type=float, default=400.0, help="pause after a burst (a request is sent)")
     parser.add_argument("--min-accept", type=int, default=3, help="matching characters a user accepts")
     parser.add_argument("--server-log", metavar="FILE", help="the server's debug log (one line per completion)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=setting,
+                        help="a server setting, as an editor would send it (repeatable), e.g. --set "
+                             "prefill_on_edit=false --set context_budget=512")
     parser.add_argument("--seed", type=int, default=0)
     add_json_argument(parser)
+
+
+def setting(spec: str) -> tuple[str, object]:
+    """KEY=VALUE, the value read as JSON where it is JSON (numbers, true/false), else as a string."""
+    key, sep, value = spec.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {spec!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
 
 
 @dataclass
@@ -214,6 +229,7 @@ async def replay(args) -> dict:
     lsp = LspProcess([sys.executable, "-m", "memosight.server", "--stdio", *server_args], env=env)
     await lsp.start()
     options = {"model": args.model} if args.model else {}
+    options.update(dict(args.set))
     await lsp.call("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": {},
                                   "initializationOptions": options})
     lsp.notify("initialized", {})

@@ -33,8 +33,9 @@ def test_bench_context_with_a_model_reports_exact_match_and_line_loss_for_long_f
                  "--device", "cpu", "--max-positions", "6", "--em-positions", "3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["em_positions"] == out["em_positions_long_files"] == 3
-    for name in ("compressed", "truncated"):
+    for name in ("compressed", "truncated", "truncated_2x"):
         assert out[f"exact_match_{name}"] * 3 in (0, 1, 2, 3)  # lines right, of the 3 asked
+        assert out[f"first_request_ms_p50_{name}"] > 0
         assert out[f"line_loss_{name}"] > 0 and out[f"line_loss_long_{name}"] == out[f"line_loss_{name}"]
 
 

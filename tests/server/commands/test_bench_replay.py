@@ -5,7 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from memosight.server.commands.bench_replay import bursts, common_prefix, keystrokes
+import argparse
+
+import pytest
+
+from memosight.server.commands.bench_replay import bursts, common_prefix, keystrokes, setting
 
 SAMPLE = Path(__file__).parents[2] / "data" / "sample.py"
 
@@ -38,3 +42,11 @@ def test_short_replay_reports_every_figure(tmp_path, tiny_model_dir):
     assert result["stale_suggestions"] == 0
     for key in ("typed_through_share", "chars_saved_share", "server_superseded", "cancelled_by_client"):
         assert key in result
+
+
+def test_server_settings_are_read_as_an_editor_would_send_them():
+    assert setting("prefill_on_edit=false") == ("prefill_on_edit", False)
+    assert setting("context_budget=512") == ("context_budget", 512)
+    assert setting("model=smollm2-135m") == ("model", "smollm2-135m")
+    with pytest.raises(argparse.ArgumentTypeError):
+        setting("no-equals-sign")
