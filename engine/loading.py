@@ -82,6 +82,13 @@ def _resolve(model: str | None) -> tuple[str, bool]:
     return model, False
 
 
+def model_folder(model: str | None) -> Path | None:
+    """The local folder `load_engine(model)` reads, where its draft files go (for a GGUF file, its
+    dequantized copy in the cache); None for a Hugging Face id."""
+    source, local = _resolve(model)
+    return Path(source) if local else None
+
+
 def _offline(local: bool) -> bool:
     """Whether to stay off the Hugging Face hub: a local folder, or HF_HUB_OFFLINE=1."""
     return local or os.environ.get("HF_HUB_OFFLINE") == "1"

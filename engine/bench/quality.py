@@ -17,7 +17,6 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ..drafts.heads import DraftHeads, HeadsConfig
-from ..loading import DEFAULT_MODEL_DIR, load_engine
+from ..loading import load_engine
 from ..protocol import EngineError
 from . import Progress, checkpoint
 from .corpus import build_corpus, resolve_sources
@@ -197,7 +197,9 @@ def run_heads(model: str | None, out: Path, cfg: HeadsTrainConfig, *, corpus_spe
     base, tokenizer = engine.model, engine.tokenizer
     for p in base.parameters():
         p.requires_grad_(False)
-    save_to = save_to or (Path(engine.name) if model else DEFAULT_MODEL_DIR)
+    save_to = save_to or (Path(engine.model_dir) if engine.model_dir else None)
+    if save_to is None:
+        raise EngineError(f"{model} is not a folder on this machine; pass --save-to DIR")
     corpus = build_corpus(resolve_sources(corpus_specs or ["stdlib"]))
     rng = random.Random(cfg.seed)
     train_files = sorted(corpus.train, key=lambda f: f.path)

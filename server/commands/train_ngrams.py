@@ -37,12 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.max_order < 1 or args.min_count < 1:
         raise CommandError("--max-order and --min-count must be at least 1")
-    from memosight.engine.loading import DEFAULT_MODEL_DIR
+    from memosight.engine.loading import model_folder
     from memosight.engine.train.ngrams import count_ngrams
 
-    save_to = Path(args.save_to) if args.save_to else (Path(args.model) if args.model else DEFAULT_MODEL_DIR)
-    if not save_to.is_dir():
-        raise CommandError(f"{save_to} is not a folder; pass --save-to DIR")
+    save_to = Path(args.save_to) if args.save_to else model_folder(args.model)
+    if save_to is None or not save_to.is_dir():
+        raise CommandError(f"{save_to or args.model} is not a folder on this machine; pass --save-to DIR")
     with step_progress("greedy choices", unit="window") as on_window:
         count = count_ngrams(args.model, args.corpus or ["stdlib", "site"], val_fraction=args.val_fraction,
                              max_order=args.max_order, min_count=args.min_count,

