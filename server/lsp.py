@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
 import resource
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcInvalidParams
-from pygls.lsp.server import LanguageServer
-
 from memosight.engine.protocol import Engine
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.io_ import StdoutWriter
+from pygls.lsp.server import LanguageServer
 
 from . import __version__
 from .config import ConfigError, ConfigSources, Settings, validate
 from .context.workspace import WorkspaceIndex
 from .documents import Document, DocumentStore, Position, file_path
+from .rpc import MemoSightProtocol, serve, stdin_reader
 from .suggest import Suggester, Suggestion
 
 log = logging.getLogger(__name__)
@@ -27,16 +31,20 @@ STATUS_METHOD = "memosight/status"
 PARTIAL_METHOD = "memosight/partialCompletion"
 ACCEPTED_COMMAND = "memosight.accepted"
 CONFIG_SECTION = "memosight"
+POPUPS_PER_MINUTE = 5  # more in a minute go to the log only: a misbehaving client cannot flood the user
 
 
 class MemoSightServer(LanguageServer):
     def __init__(self, load_engine: Callable[[Settings], Engine] | None = None):
-        super().__init__("memosight", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        super().__init__("memosight", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+                         protocol_cls=MemoSightProtocol)
         self.documents = DocumentStore()
         self.config = ConfigSources()
         self.workspace_index: WorkspaceIndex | None = None  # set up at initialize, once the root is known
         self.suggester = Suggester(load_engine, open_documents=self.documents.all, workspace=lambda: self.workspace_index)
         self._reported: set[str] = set()  # messages already shown, so a bad file is reported once
+        self._popup_times: list[float] = []
+        self.log_level = logging.getLogger("memosight").level  # the command line's; a setting overrides it
 
     @property
     def settings(self) -> Settings:
@@ -44,9 +52,49 @@ class MemoSightServer(LanguageServer):
 
     def report(self, message: str, kind: types.MessageType = types.MessageType.Warning) -> None:
         log.warning(message)
-        if message not in self._reported:
-            self._reported.add(message)
-            self.window_show_message(types.ShowMessageParams(type=kind, message=message))
+        if message in self._reported:
+            return
+        if len(self._reported) > 1000:  # distinct messages without end: remember the recent ones only
+            self._reported.clear()
+        self._reported.add(message)
+        now = time.monotonic()
+        self._popup_times = [t for t in self._popup_times if now - t < 60]
+        if len(self._popup_times) >= POPUPS_PER_MINUTE:
+            return
+        self._popup_times.append(now)
+        self.window_show_message(types.ShowMessageParams(type=kind, message=message))
+
+    def report_server_error(self, error: Exception, source) -> None:
+        """pygls's errors outside a request: logged, and shown like the server's own messages."""
+        log.error("server error (%s): %s", getattr(source, "__name__", source), error)
+        self.report(f"MemoSight: internal error ({error}); see the server log", types.MessageType.Error)
+
+    def start_io(self, stdin=None, stdout=None) -> None:
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        try:
+            asyncio.run(serve(stdin_reader(stdin or sys.stdin.buffer, self.thread_pool), self.protocol))
+        except BrokenPipeError:
+            log.error("the connection to the client is lost; shutting down")
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        finally:
+            self.shutdown()
+
+    def start_tcp(self, host: str, port: int) -> None:
+        async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.protocol.set_writer(writer)
+            await serve(reader.read, self.protocol)
+            self.shutdown()
+
+        async def listen() -> None:
+            self._server = await asyncio.start_server(connection, host, port)
+            async with self._server:
+                await self._server.serve_forever()
+
+        try:
+            asyncio.run(listen())
+        except asyncio.CancelledError:
+            pass
 
     def report_config_errors(self, errors: list[ConfigError]) -> None:
         for error in errors:
@@ -60,8 +108,9 @@ class MemoSightServer(LanguageServer):
 
     def apply_settings(self) -> None:
         settings = self.settings
-        if self.config.sets("log_level"):  # else --log-level of the command line stands
-            logging.getLogger("memosight").setLevel(settings.log_level.upper())
+        # a removed log_level setting goes back to --log-level of the command line
+        level = settings.log_level.upper() if self.config.sets("log_level") else self.log_level
+        logging.getLogger("memosight").setLevel(level)
         self.suggester.ensure_engine(settings)
 
     def reindex(self, uri: str) -> None:

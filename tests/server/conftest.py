@@ -4,6 +4,7 @@ language server in this process, spoken to over in-memory pipes by pytest-lsp's 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -12,11 +13,15 @@ from pathlib import Path
 
 import pytest
 from lsprotocol import types
+from memosight.engine.protocol import (
+    Completion,
+    CompletionRequest,
+    EngineSettings,
+    Stream,
+)
+from memosight.engine.stops import StreamState, stream_text
 from pygls.io_ import run_async
 from pytest_lsp import make_test_lsp_client
-
-from memosight.engine.protocol import Completion, CompletionRequest, EngineSettings, Stream
-from memosight.engine.stops import StreamState, stream_text
 
 
 class ScriptedEngine:
@@ -109,6 +114,7 @@ async def in_process_session(root: Path, engine=None, init_options: dict | None 
     """The real MemoSight language server, in this process and event loop, with `engine` (a
     ScriptedEngine by default); yields pytest-lsp's client, initialized, with `.server` and `.engine`."""
     from memosight.server.lsp import create_server
+    from memosight.server.rpc import serve
 
     engine = engine if engine is not None else ScriptedEngine()
     server = create_server(load_engine=lambda settings: engine)
@@ -118,7 +124,7 @@ async def in_process_session(root: Path, engine=None, init_options: dict | None 
     client.protocol.set_writer(to_server)
     server_stop, client_stop = threading.Event(), threading.Event()
     log = logging.getLogger("in-process-lsp")
-    tasks = [asyncio.ensure_future(run_async(server_stop, to_server.reader, server.protocol, log)),
+    tasks = [asyncio.ensure_future(serve(to_server.reader.read, server.protocol, server_stop)),
              asyncio.ensure_future(run_async(client_stop, to_client.reader, client.protocol, log))]
     if client_settings is not None:
         client.set_configuration({"memosight": client_settings})
@@ -139,6 +145,92 @@ async def in_process_session(root: Path, engine=None, init_options: dict | None 
         await asyncio.gather(*tasks, return_exceptions=True)
         if server.workspace_index is not None:
             server.workspace_index.ready.wait(5)  # let a background scan end before its folder is deleted
+
+
+class RawClient:
+    """Bytes in, frames out: an LSP client that sends anything (a hostile or broken one), talking to
+    the real server in this process. `answers` counts the responses per id."""
+
+    def __init__(self, server, max_body: int | None = None) -> None:
+        from memosight.server.rpc import MAX_MESSAGE_BYTES, Framer, serve
+
+        self.server = server
+        self.to_server, self.from_server = asyncio.StreamReader(), asyncio.StreamReader()
+        server.protocol.set_writer(self)
+        self.task = asyncio.ensure_future(serve(self.to_server.read, server.protocol,
+                                                max_body=max_body or MAX_MESSAGE_BYTES))
+        self.framer = Framer(self.from_server.read)
+        self.received: list[dict] = []
+        self.answers: dict = {}
+
+    def write(self, data: bytes) -> None:  # the server's writer
+        self.from_server.feed_data(data)
+
+    def send_raw(self, data: bytes) -> None:
+        self.to_server.feed_data(data)
+
+    def send(self, message, raw_body: bytes | None = None) -> None:
+        body = raw_body if raw_body is not None else json.dumps(message).encode()
+        self.send_raw(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+    async def next(self, timeout: float = 10.0) -> dict:
+        body, _ = await asyncio.wait_for(self.framer.next_body(), timeout)
+        message = json.loads(body)  # the server's output must be strict JSON (no NaN)
+        self.received.append(message)
+        if "id" in message and "method" not in message:
+            key = json.dumps(message["id"])
+            self.answers[key] = self.answers.get(key, 0) + 1
+        return message
+
+    async def answer(self, msg_id, timeout: float = 10.0) -> dict:
+        """The response to `msg_id` (messages before it are kept in `received`)."""
+        while True:
+            message = await self.next(timeout)
+            if "method" not in message and message.get("id") == msg_id:
+                return message
+
+    async def request(self, msg_id, method: str, params=None, **extra) -> dict:
+        message = {"jsonrpc": "2.0", "id": msg_id, "method": method, **extra}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+        return await self.answer(msg_id)
+
+    def notify(self, method: str, params=None) -> None:
+        self.send({"jsonrpc": "2.0", "method": method, **({"params": params} if params is not None else {})})
+
+    def popups(self) -> list[dict]:
+        return [m for m in self.received if m.get("method") == "window/showMessage"]
+
+    async def initialize(self, root: Path) -> dict:
+        answer = await self.request("init", "initialize", {"processId": None, "rootUri": root.as_uri(),
+                                                            "capabilities": {}})
+        self.notify("initialized", {})
+        return answer
+
+    async def close(self) -> None:
+        self.to_server.feed_eof()
+        await asyncio.wait_for(self.task, 10)
+        if self.server.workspace_index is not None:
+            self.server.workspace_index.ready.wait(5)
+
+
+@pytest.fixture
+def raw_client():
+    """A function: `client = raw_client(engine=None, max_body=None)`, a RawClient on a new server."""
+    from memosight.server.lsp import create_server
+
+    clients = []
+
+    def make(engine=None, max_body: int | None = None) -> RawClient:
+        engine = engine if engine is not None else ScriptedEngine()
+        client = RawClient(create_server(load_engine=lambda settings: engine), max_body)
+        client.engine = engine
+        clients.append(client)
+        return client
+    yield make
+    for client in clients:
+        client.task.cancel()
 
 
 @pytest.fixture

@@ -1,0 +1,207 @@
+"""The JSON-RPC layer: every request answered once with the right code, bounded reads, no popups
+per bad message. Raw bytes go to the real server in this process (tests/server/conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from memosight.server.rpc import Framer, top_level_id
+
+POSITION = {"line": 0, "character": 3}
+
+
+def inline_params(position=POSITION, trigger_kind=1, uri=None):
+    return {"textDocument": {"uri": uri}, "position": position, "context": {"triggerKind": trigger_kind}}
+
+
+async def opened(client, tmp_path, text="def f():\n    return 1\n"):
+    await client.initialize(tmp_path)
+    uri = (tmp_path / "a.py").as_uri()
+    client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                            "text": text}})
+    return uri
+
+
+async def test_status_without_params_and_a_request_with_extra_members_are_answered(tmp_path, raw_client):
+    client = raw_client()
+    await client.initialize(tmp_path)
+    assert "result" in await client.request(310, "memosight/status")
+    assert "result" in await client.request(311, "memosight/status", {}, extra={"x": 1})
+
+
+BAD_PARAMS = [
+    ("line -1", inline_params({"line": -1, "character": 0})),
+    ("character 1e20", inline_params({"line": 0, "character": 1e20})),
+    ("line 2**32", inline_params({"line": 4294967296, "character": 0})),
+    ("position null", inline_params(None)),
+    ("position a string", inline_params("0:3")),
+    ("position an array", inline_params([0, 3])),
+    ("triggerKind 99", inline_params(trigger_kind=99)),
+    ("params []", []),
+    ("params {}", {}),
+    ("params missing", None),
+]
+
+
+@pytest.mark.parametrize("name,params", BAD_PARAMS, ids=[name for name, _ in BAD_PARAMS])
+async def test_requests_with_bad_params_get_invalid_params_and_no_popup(tmp_path, raw_client, name, params):
+    client = raw_client()
+    uri = await opened(client, tmp_path)
+    if isinstance(params, dict) and "textDocument" in params:
+        params["textDocument"]["uri"] = uri
+    answer = await client.request(7, "textDocument/inlineCompletion", params)
+    assert answer["error"]["code"] == -32602, answer
+    assert "Invalid params" in answer["error"]["message"]
+    assert "result" in await client.request(8, "memosight/status")  # still serving
+    assert client.answers == {'"init"': 1, "7": 1, "8": 1}
+    assert client.popups() == []
+
+
+@pytest.mark.parametrize("params", ["x", 42, True])
+async def test_params_that_are_not_an_object_or_array_are_invalid_params(tmp_path, raw_client, params):
+    client = raw_client()
+    await client.initialize(tmp_path)
+    client.send({"jsonrpc": "2.0", "id": 1, "method": "memosight/status", "params": params})
+    assert (await client.answer(1))["error"]["code"] == -32602
+
+
+async def test_unknown_methods_get_method_not_found_and_unknown_notifications_nothing(tmp_path, raw_client):
+    client = raw_client()
+    await client.initialize(tmp_path)
+    client.notify("$/somethingElse", {"a": 1})
+    client.notify("custom/whatever")
+    assert (await client.request(1, "custom/whatever"))["error"]["code"] == -32601
+    assert (await client.request(2, "$/request"))["error"]["code"] == -32601
+    assert client.answers == {'"init"': 1, "1": 1, "2": 1} and client.popups() == []
+
+
+async def test_requests_before_initialize_get_server_not_initialized(tmp_path, raw_client):
+    client = raw_client()
+    assert (await client.request(1, "memosight/status"))["error"]["code"] == -32002
+    assert (await client.request(2, "textDocument/inlineCompletion", inline_params()))["error"]["code"] == -32002
+    assert "result" in await client.initialize(tmp_path)
+
+
+async def test_a_second_initialize_is_refused_and_documents_keep_syncing(tmp_path, raw_client):
+    client = raw_client()
+    uri = await opened(client, tmp_path)
+    again = await client.request(2, "initialize", {"processId": None, "rootUri": tmp_path.as_uri(),
+                                                   "capabilities": {}})
+    assert again["error"]["code"] == -32600
+    client.notify("textDocument/didChange", {
+        "textDocument": {"uri": uri, "version": 2},
+        "contentChanges": [{"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}},
+                            "text": "# top\n"}]})
+    await client.request(3, "memosight/status")
+    assert client.server.documents.get(uri).text == "# top\ndef f():\n    return 1\n"
+
+
+async def test_requests_after_shutdown_get_invalid_request(tmp_path, raw_client):
+    client = raw_client()
+    await client.initialize(tmp_path)
+    assert "result" in await client.request(1, "shutdown")
+    assert (await client.request(2, "memosight/status"))["error"]["code"] == -32600
+
+
+@pytest.mark.parametrize("body", [b'{"jsonrpc":"2.0","id":NaN,"method":"memosight/status"}',
+                                  b'{"jsonrpc":"2.0","id":Infinity,"method":"memosight/status"}',
+                                  b'{"jsonrpc":"2.0","id":1,"method":"memosight/status"',
+                                  b'\xff\xfe not json',
+                                  b"[" * 100_000 + b"]" * 100_000])
+async def test_bodies_that_are_not_strict_json_get_a_parse_error_with_id_null(tmp_path, raw_client, body):
+    client = raw_client()
+    await client.initialize(tmp_path)
+    client.send(None, raw_body=body)
+    answer = await client.answer(None)  # the reply itself must be strict JSON: RawClient.next checks
+    assert answer["error"]["code"] == -32700
+    assert "result" in await client.request(2, "memosight/status")
+
+
+@pytest.mark.parametrize("message,code", [
+    ({"jsonrpc": "2.0", "id": 1.5, "method": "memosight/status"}, -32600),
+    ({"jsonrpc": "2.0", "id": True, "method": "memosight/status"}, -32600),
+    ({"jsonrpc": "2.0", "id": None, "method": "memosight/status"}, -32600),
+    ({"jsonrpc": "1.0", "id": 1, "method": "memosight/status"}, -32600),
+    ({"jsonrpc": "2.0", "id": 1, "method": 5}, -32600),
+    ([{"jsonrpc": "2.0", "id": 1, "method": "memosight/status"}], -32600),
+    ("just a string", -32600),
+])
+async def test_malformed_envelopes_get_invalid_request(tmp_path, raw_client, message, code):
+    client = raw_client()
+    await client.initialize(tmp_path)
+    client.send(message)
+    answer = await client.next()
+    assert answer["error"]["code"] == code
+    assert "result" in await client.request(2, "memosight/status")
+
+
+async def test_a_huge_content_length_is_refused_and_the_next_message_is_read(tmp_path, raw_client):
+    client = raw_client()
+    await client.initialize(tmp_path)
+    client.send_raw(b"Content-Length: 1000000000000\r\n\r\n")
+    assert "result" in await client.request(5, "memosight/status")
+    assert client.answers == {'"init"': 1, "5": 1}
+
+
+async def test_a_request_over_the_size_limit_is_skipped_and_answered_by_its_id(tmp_path, raw_client):
+    client = raw_client(max_body=2000)
+    await client.initialize(tmp_path)
+    client.send({"jsonrpc": "2.0", "id": 9, "method": "memosight/status", "params": {"pad": "x" * 5000}})
+    answer = await client.answer(9)
+    assert answer["error"]["code"] == -32600 and "limit" in answer["error"]["message"]
+    assert "result" in await client.request(10, "memosight/status")
+    assert client.server.documents.all() == []
+
+
+async def test_a_header_line_without_end_is_dropped_and_reading_goes_on(tmp_path, raw_client):
+    client = raw_client()
+    await client.initialize(tmp_path)
+    client.send_raw(b"X" * 100_000 + b"\r\n")
+    assert "result" in await client.request(3, "memosight/status")
+
+
+async def test_a_malformed_notification_is_dropped_with_one_message_and_no_flood(tmp_path, raw_client):
+    client = raw_client()
+    uri = await opened(client, tmp_path)
+    for i in range(50):
+        client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": i},
+                                                 "contentChanges": [{"range": {"start": {"line": -1}}}]})
+        client.notify("textDocument/didOpen", {"textDocument": {"uri": f"{uri}{i}"}})
+    await client.request(1, "memosight/status")
+    assert 1 <= len(client.popups()) <= 5
+    assert client.server.documents.get(uri).text == "def f():\n    return 1\n"
+
+
+async def test_cancelled_requests_get_request_cancelled(tmp_path, raw_client, scripted_engine):
+    client = raw_client(engine=scripted_engine(delay=0.05))
+    uri = await opened(client, tmp_path)
+    client.send({"jsonrpc": "2.0", "id": 4, "method": "textDocument/inlineCompletion",
+                 "params": inline_params(uri=uri)})
+    await asyncio.to_thread(client.engine.running.wait, 10)
+    client.notify("$/cancelRequest", {"id": 4})
+    assert (await client.answer(4))["error"]["code"] == -32800
+    assert client.answers == {'"init"': 1, "4": 1}
+
+
+def test_top_level_id_reads_only_the_outer_object():
+    assert top_level_id(b'{"jsonrpc":"2.0","id":12,"method":"x","params":{"t":"') == 12
+    assert top_level_id(b'{"method":"x","params":{"id":3},"id":"a"}') == "a"
+    assert top_level_id(b'{"method":"$/cancelRequest","params":{"id":3}') is None
+    assert top_level_id(b'Content-Length: 5\r\n\r\n{"id":1}') is None
+    assert top_level_id(b'{"s":"\\"id\\":4","id":5}') == 5
+
+
+async def test_the_framer_reads_frames_split_anywhere():
+    bodies = [json.dumps({"n": i, "pad": "é" * i}).encode() for i in range(20)]
+    stream = b"".join(b"Content-Length: %d\r\nContent-Type: application/vscode-jsonrpc\r\n\r\n" % len(b) + b
+                      for b in bodies)
+    chunks = [stream[i:i + 7] for i in range(0, len(stream), 7)]
+
+    async def read(n: int) -> bytes:
+        return chunks.pop(0) if chunks else b""
+    framer = Framer(read)
+    assert [(await framer.next_body())[0] for _ in bodies] == bodies
+    with pytest.raises(EOFError):
+        await framer.next_body()
