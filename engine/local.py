@@ -14,9 +14,25 @@ import torch
 
 from . import kv
 from .drafts import build_drafters
-from .fim import PLAIN, FimTemplate, Prompt, detect_template, end_token_ids, read_model_options, render
+from .fim import (
+    PLAIN,
+    FimTemplate,
+    Prompt,
+    detect_template,
+    end_token_ids,
+    read_model_options,
+    render,
+)
 from .healing import TokenBytes, back_up, last_word_chars
-from .protocol import Completion, CompletionRequest, EngineError, EngineSettings, StopRule, Stream
+from .protocol import (
+    Completion,
+    CompletionRequest,
+    EngineError,
+    EngineSettings,
+    StopRule,
+    Stream,
+    valid_text,
+)
 from .speculate import Speculator, greedy_tokens
 from .stops import StreamState, stream_text
 
@@ -69,7 +85,7 @@ class LocalEngine:
     # --- tokens ---------------------------------------------------------------------------------
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+        return self.tokenizer.encode(valid_text(text), add_special_tokens=False, split_special_tokens=True)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)

@@ -7,6 +7,7 @@ engines that call a serving engine over HTTP.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
@@ -54,6 +55,18 @@ class CompletionRequest:
     # Set by the server when the request is superseded or cancelled; checked between decode steps.
     cancel: threading.Event = field(default_factory=threading.Event)
     options: RequestOptions = field(default_factory=RequestOptions)
+
+    def __post_init__(self) -> None:
+        self.prefix, self.suffix = valid_text(self.prefix), valid_text(self.suffix)
+
+
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """Text every tokenizer and UTF-8 encoder takes. A JSON client can send lone surrogates
+    ("\\ud800"); each becomes U+FFFD, one character for one, so offsets still hold."""
+    return LONE_SURROGATE.sub("\ufffd", text) if not text.isascii() else text
 
 
 @dataclass

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 CONFIG_FILE = ".memosight.toml"
+MAX_ERRORS = 20  # per source: a table of thousands of bad keys is not thousands of messages
+MAX_CONFIG_BYTES = 1024 * 1024  # a pyproject.toml is a few KiB; a bigger file is not read
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,10 @@ def validate(raw: dict[str, Any], source: str) -> tuple[dict[str, Any], list[Con
     if not isinstance(raw, dict):
         return values, [ConfigError("memosight", f"must be a table of settings, got {type(raw).__name__}", source)]
     for key, value in raw.items():
+        if len(errors) >= MAX_ERRORS:
+            errors.append(ConfigError("...", f"more than {MAX_ERRORS} errors; only these are listed", source))
+            break
+        key = str(key)[:100]
         name = _normalise_key(key)
         if name not in VALIDATORS:
             known = ", ".join(sorted(VALIDATORS))
@@ -137,8 +143,11 @@ def validate(raw: dict[str, Any], source: str) -> tuple[dict[str, Any], list[Con
             continue
         try:
             values[name] = VALIDATORS[name](value)
+        except RecursionError:
+            errors.append(ConfigError(key, "the value is nested too deeply", source))
         except ValueError as exc:
-            errors.append(ConfigError(key, str(exc), source))
+            reason = str(exc)
+            errors.append(ConfigError(key, reason if len(reason) <= 300 else reason[:300] + "...", source))
     return values, errors
 
 
@@ -160,8 +169,12 @@ def read_config_file(root: Path | None) -> tuple[dict[str, Any], list[ConfigErro
     if path is None:
         return {}, []
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ValueError(f"it is over {MAX_CONFIG_BYTES // 1024} KiB")
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
+    except RecursionError:
+        return {}, [ConfigError(path.name, "cannot be read (it is nested too deeply); fix the file", str(path))]
+    except (tomllib.TOMLDecodeError, ValueError, OSError) as exc:  # UnicodeDecodeError is a ValueError
         return {}, [ConfigError(path.name, f"cannot be read ({exc}); fix the file", str(path))]
     for part in table.split(".") if table else []:
         data = data.get(part, {}) if isinstance(data, dict) else {}

@@ -6,20 +6,36 @@ from __future__ import annotations
 import bisect
 import re
 import threading
-from urllib.parse import unquote, urlparse
 from dataclasses import dataclass, field
+from urllib.parse import unquote, urlparse
 
 from .caching import LRU, content_hash
 from .context.languages import GRAMMAR_FOR_LANGUAGE_ID, parser_for
 
 LINE_END = re.compile(r"\r\n|\r|\n")
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024  # larger files are kept but get no completions
+# Larger files are no context for other files (as the workspace index skips them), and are
+# completed from a window around the cursor: their cost stays that of a file this size.
+LARGE_DOCUMENT_CHARS = 300_000
+WINDOW_BEFORE, WINDOW_AFTER = 200_000, 50_000
+WINDOW_GRID = 16_384  # window ends snap to this grid: typing does not move them, so caches hold
 
 
 def file_path(uri: str) -> str | None:
-    """The path of a file:// URI; None for any other scheme (untitled:, vscode-notebook-cell:, ...)."""
+    """The path of a file:// URI; None for any other scheme (untitled:, vscode-notebook-cell:, ...)
+    and for a path no file can have (a NUL byte, a lone surrogate): such a document is kept and
+    completed by its URI, and never touches the file system."""
     parsed = urlparse(uri)
-    return unquote(parsed.path) if parsed.scheme == "file" else None
+    if parsed.scheme != "file":
+        return None
+    path = unquote(parsed.path)  # invalid UTF-8 after %-decoding becomes U+FFFD
+    if "\x00" in path or "\ufffd" in path:
+        return None
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return path
 
 
 @dataclass(frozen=True)
@@ -179,28 +195,60 @@ class Document:
 
     def snapshot(self) -> tuple[str, object | None]:
         """The text and its tree-sitter tree (None for languages without a grammar), consistent with
-        each other. The tree is parsed lazily and incrementally: edits since the last parse were
-        applied to the old tree (tree.edit), and the parser reuses its unchanged parts."""
+        each other, and the tree a copy that later edits never reach (tree.edit on the live tree
+        would otherwise change it under a reader on another thread). The tree is parsed lazily and
+        incrementally: edits since the last parse were applied to the old tree (tree.edit), and the
+        parser reuses its unchanged parts."""
         with self._tree_lock:
-            if self._tree is None or self._tree_stale:
-                parser = parser_for(self.language)
-                if parser is None:
-                    return self.text, None
-                if self._tree is not None:
-                    self._tree = parser.parse(_encode(self.text), self._tree)
-                else:  # a file seen before (reopened, or another document with the same text)
-                    key = (GRAMMAR_FOR_LANGUAGE_ID[self.language], content_hash(self.text))
-                    cached = _PARSED_TREES.get(key)
-                    self._tree = cached.copy() if cached is not None else parser.parse(_encode(self.text))
-                    if cached is None:
-                        _PARSED_TREES.put(key, self._tree.copy())  # copies: edits of one never reach another
-                self._tree_stale = False
-            return self.text, self._tree
+            text, tree = self._parse()
+            return text, tree.copy() if tree is not None else None
+
+    def frozen(self) -> Document:
+        """A copy for the engine thread: later edits of this document never reach it."""
+        with self._tree_lock:
+            text, tree = (self.text, None) if self.large else self._parse()  # a large one is parsed by window
+            # the line starts list is replaced on edits, never changed in place: it can be shared
+            return Document(self.uri, text, self.language, self.version, self._line_starts,
+                            tree.copy() if tree is not None else None)
+
+    def _parse(self) -> tuple[str, object | None]:
+        """(text, tree) with the tree brought up to date; the caller holds the lock."""
+        if self._tree is None or self._tree_stale:
+            parser = parser_for(self.language)
+            if parser is None:
+                return self.text, None
+            if self._tree is not None:
+                self._tree = parser.parse(_encode(self.text), self._tree)
+            else:  # a file seen before (reopened, or another document with the same text)
+                key = (GRAMMAR_FOR_LANGUAGE_ID[self.language], content_hash(self.text))
+                cached = _PARSED_TREES.get(key)
+                self._tree = cached.copy() if cached is not None else parser.parse(_encode(self.text))
+                if cached is None:
+                    _PARSED_TREES.put(key, self._tree.copy())  # copies: edits of one never reach another
+            self._tree_stale = False
+        return self.text, self._tree
 
     @property
     def tree(self):
         """The current tree-sitter tree, or None for languages without a grammar."""
         return self.snapshot()[1]
+
+    def around(self, cursor: int) -> tuple[Document, int]:
+        """This document, or for a large one a window of whole lines around `cursor`, and the
+        cursor's offset in it."""
+        if not self.large:
+            return self, cursor
+        text = self.text
+        low = max(0, (cursor - WINDOW_BEFORE) // WINDOW_GRID * WINDOW_GRID)
+        high = min(len(text), ((cursor + WINDOW_AFTER) // WINDOW_GRID + 1) * WINDOW_GRID)
+        start = text.rfind("\n", 0, low) + 1 if low else 0
+        end = text.find("\n", high)
+        end = len(text) if end < 0 or high >= len(text) else end + 1
+        return Document(self.uri, text[start:end], self.language, self.version), cursor - start
+
+    @property
+    def large(self) -> bool:
+        return len(self.text) > LARGE_DOCUMENT_CHARS
 
     @property
     def too_large(self) -> bool:

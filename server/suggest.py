@@ -16,7 +16,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from memosight.engine.protocol import CompletionRequest, Engine, EngineSettings, RequestOptions
+from memosight.engine.protocol import (
+    CompletionRequest,
+    Engine,
+    EngineSettings,
+    RequestOptions,
+)
 
 from .config import Settings
 from .context.packed import PackedContext
@@ -60,8 +65,9 @@ class Ticket:
         return cls(doc, Document(doc.uri, doc.text, doc.language, doc.version), cursor)
 
     def stale(self) -> bool:
-        """An edit arrived since the request was made: the editor sends a newer request."""
-        return self.doc.version != self.seen.version
+        """An edit arrived since the request was made: the editor sends a newer request. (The text is
+        compared too: an edit lands a moment before its version number.)"""
+        return self.doc.version != self.seen.version or self.doc.text is not self.seen.text
 
 
 @dataclass
@@ -265,15 +271,19 @@ class Suggester:
         if cancel.is_set() or ticket.stale():
             return
         try:
-            context = self.build_context(engine, ticket.doc, ticket.cursor, settings)
-            engine.prefill(CompletionRequest(context.prefix, context.suffix, ticket.doc.language, cancel=cancel,
+            doc = ticket.doc.frozen()
+            if doc.text is not ticket.seen.text:
+                return
+            context = self.build_context(engine, *doc.around(ticket.cursor), settings)
+            engine.prefill(CompletionRequest(context.prefix, context.suffix, doc.language, cancel=cancel,
                                              options=RequestOptions(heal=settings.token_healing)))
         except Exception:  # noqa: BLE001 - a failed warm-up costs only the head start
             log.exception("prefill after an edit failed")
 
     def forget(self, uri: str) -> None:
-        """Drop what was shown for a document (closed, or a fresh request is wanted)."""
+        """Drop what is kept for a document (closed, or a fresh request is wanted)."""
         self._shown.pop(uri, None)
+        self._stop_warm_up(uri)
 
     async def suggest(self, doc: Document, cursor: int, settings: Settings,
                       on_partial: Callable[[str], None] | None = None, *, cold: bool = False) -> Answer:
@@ -349,6 +359,7 @@ class Suggester:
             self.counters.empty += 1
             return None
         self._shown[doc.uri] = Shown(text[:cursor], text[cursor:], suggestion.text)
+        self.last_error = None  # an error of an earlier request is no longer the state of things
         self.counters.completed += 1
         self.counters.latencies_ms.append(suggestion.latency_ms)
         return suggestion
@@ -365,13 +376,17 @@ class Suggester:
         """Runs on the engine thread: context, generation, post-processing."""
         if gen.cancel.is_set() or ticket.stale():
             return None
-        doc, cursor = ticket.doc, ticket.cursor
         start = time.perf_counter()
+        # the document as it is now, and stays: the event loop goes on applying edits to the live one
+        doc, cursor = ticket.doc.frozen(), ticket.cursor
+        if doc.text is not ticket.seen.text:
+            return None
         # Settings that change without reloading the model; an engine makes repeating them cheap.
         engine.configure(EngineSettings(speculative=settings.speculative,
                                         kv_cache_bytes=settings.kv_cache_mb * 2**20))
-        stop, multiline = completion_mode(doc, cursor, settings)
-        context = self.build_context(engine, doc, cursor, settings)
+        view, view_cursor = doc.around(cursor)  # a large file: a window of it
+        stop, multiline = completion_mode(view, view_cursor, settings)
+        context = self.build_context(engine, view, view_cursor, settings)
         context_ms = (time.perf_counter() - start) * 1000
         if ticket.stale():  # an edit arrived while the context was built
             return None

@@ -36,14 +36,14 @@ import statistics
 import time
 from pathlib import Path
 
+from memosight.engine.protocol import CompletionRequest, RequestOptions, StopRule
+
 from ..context.languages import LANGUAGES_BY_SUFFIX
 from ..context.packing import ContextCompressor
 from ..context.regions import analyze, identifiers
 from ..context.truncation import truncate_around_cursor
 from ..context.workspace import WorkspaceIndex
 from ..documents import Document, Position
-from memosight.engine.protocol import CompletionRequest, RequestOptions, StopRule
-
 from .common import CommandError, add_json_argument, print_result
 
 FAR_LINES = 30  # an identifier is "far" when it first appears more than this many lines above the cursor

@@ -7,7 +7,13 @@ import json
 from pathlib import Path
 
 from .common import CommandError, add_json_argument
-from .cursor import Cursor, add_model_arguments, load_document, parse_cursor, settings_for
+from .cursor import (
+    Cursor,
+    add_model_arguments,
+    load_document,
+    parse_cursor,
+    settings_for,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

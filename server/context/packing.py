@@ -107,7 +107,7 @@ class ContextCompressor:
 
         family = languages.FAMILY.get(doc.language)
         other_docs = [o for o in others if o.uri != doc.uri and languages.FAMILY.get(o.language) == family
-                      and not o.too_large and not o.looks_binary][:MAX_OTHER_DOCUMENTS]
+                      and not o.large and not o.looks_binary][:MAX_OTHER_DOCUMENTS]
         # The names used near the cursor: their definitions are wanted (cheap; read on every keystroke).
         # The word being typed at the cursor is not a name yet (`hel` of `helper`): it is left out.
         line = text[rows.offset(cursor_row):cursor]

@@ -56,7 +56,10 @@ def _skipped(folder: str) -> bool:
 
 def path_key(path) -> str:
     """One spelling per file (symlinks resolved), whether it comes from a scan, a URI or an event."""
-    return os.path.realpath(path)
+    try:
+        return os.path.realpath(path)
+    except (ValueError, OSError):  # a NUL byte or a lone surrogate: no file has it, keep the spelling
+        return str(path)
 
 
 # Go's grouped declarations: `const (` ... `)`, one name at the start of each line inside.

@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-
 from memosight.server.cli import COMMANDS, build_parser, main
 from memosight.server.commands.common import CommandError
 

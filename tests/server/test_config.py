@@ -1,6 +1,12 @@
 from pathlib import Path
 
-from memosight.server.config import ConfigSources, Settings, find_config_file, read_config_file, validate
+from memosight.server.config import (
+    ConfigSources,
+    Settings,
+    find_config_file,
+    read_config_file,
+    validate,
+)
 
 
 def test_valid_values_from_the_own_file(tmp_path: Path):

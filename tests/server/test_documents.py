@@ -1,3 +1,4 @@
+import pytest
 from memosight.server.documents import Document, Position, utf16_len
 
 
@@ -121,3 +122,74 @@ def test_a_text_parsed_before_is_not_parsed_again_and_edits_stay_private():
     assert "f" == second.tree.root_node.children[0].child_by_field_name("name").text.decode()
     assert "f" == Document("file:///c.py", text, "python").tree.root_node.children[0] \
         .child_by_field_name("name").text.decode()
+
+
+# --- issue 14: documents never out of sync, snapshots never changed under a reader -----------------
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from memosight.server.documents import LARGE_DOCUMENT_CHARS, file_path  # noqa: E402
+
+from .lsp_model import FUZZ_EXAMPLES, LspText, edits  # noqa: E402
+
+
+def test_form_feed_u2028_and_nel_are_not_line_breaks():
+    doc = Document("file:///a.py", "import os\n\x0c\nshort = 1\u2028x\x85y\n")
+    assert doc.line_count == 4
+    assert doc.line_text(1) == "\x0c" and doc.line_text(2) == "short = 1\u2028x\x85y"
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_any_valid_edits_keep_the_text_equal_to_lsp_s_model(data):
+    """Random documents and edits with any characters, LSP's line rules and UTF-16 columns: the
+    document equals an independent model after every edit, its positions round-trip, and the
+    incrementally edited syntax tree equals a fresh parse."""
+    model = LspText(data.draw(edits.documents()))
+    doc = Document("file:///fuzz.py", model.text, "python")
+    doc.tree  # parse now, so that later edits go through tree.edit
+    for _ in range(data.draw(st.integers(1, 8))):
+        start, end, new_text = data.draw(edits.change(model))
+        doc.apply_change(new_text, Position(*start), Position(*end))
+        model.apply(start, end, new_text)
+        assert doc.text == model.text
+        assert doc.line_starts == model.line_starts()
+    for line in range(model.line_count()):
+        assert doc.position_at(doc.offset_at(Position(line, 0))) == Position(line, 0)
+    fresh = Document("file:///fresh.py", model.text, "python")
+    assert str(doc.tree.root_node) == str(fresh.tree.root_node)
+
+
+def test_a_snapshot_is_not_changed_by_later_edits():
+    doc = Document("file:///a.py", "def f():\n    return 1\n", "python")
+    text, tree = doc.snapshot()
+    frozen = doc.frozen()
+    doc.apply_change("x = 2\n", Position(0, 0), Position(0, 0))
+    # the live tree was edited (tree.edit drops its source); the reader's copies were not
+    assert tree.root_node.children[0].text == b"def f():\n    return 1"
+    assert frozen.text == text and frozen.tree.root_node.children[0].text == b"def f():\n    return 1"
+    assert doc.snapshot()[1].root_node.children[0].text == b"x = 2"
+
+
+@pytest.mark.parametrize("uri", ["file:///tmp/a%00b.py", "file:///tmp/\ud800.py", "file:///tmp/%ED%A0%80.py",
+                                 "file:///tmp/%FF.py"])
+def test_uris_no_file_can_have_are_not_file_paths(uri):
+    assert file_path(uri) is None
+    assert Document(uri, "x").path == uri
+
+
+def test_a_large_document_is_read_through_a_window_that_typing_does_not_move():
+    line = "value = compute(1, 2)  # a line of some length\n"
+    text = line * (LARGE_DOCUMENT_CHARS // len(line) * 3)
+    doc = Document("file:///big.py", text, "python")
+    cursor = len(text) // 2
+    view, at = doc.around(cursor)
+    assert view.text[at:] == text[cursor:cursor + len(view.text) - at]
+    assert len(view.text) < LARGE_DOCUMENT_CHARS and view.text.endswith("\n")
+    assert text[cursor - at - 1] == "\n"  # whole lines
+    typed, at2 = Document(doc.uri, text[:cursor] + "abc" + text[cursor:]).around(cursor + 3)
+    assert typed.text[:at2 - 3] == view.text[:at]  # the same start: caches keyed on the text above hold
+    small = Document("file:///s.py", "x = 1\n")
+    assert small.around(3) == (small, 3)
+

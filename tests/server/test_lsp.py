@@ -279,3 +279,108 @@ async def test_an_edit_starts_the_prefill_of_the_prompt_at_its_end(tmp_path, lsp
                 range=types.Range(types.Position(6, 7), types.Position(6, 7)), text="al")]))
         await inline(client, uri, 6, 9)
         assert len(client.engine.prefills) == 1
+
+
+# --- issue 14: one bad file, setting or message never hurts the rest ------------------------------
+
+def edit(client, uri: str, version: int, start: tuple[int, int], end: tuple[int, int], text: str) -> None:
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+        [types.TextDocumentContentChangePartial(range=types.Range(types.Position(*start), types.Position(*end)),
+                                                text=text)]))
+
+
+async def test_a_form_feed_does_not_shift_edits_or_completion_ranges(tmp_path, lsp_session):
+    text = "import os\n\x0c\nshort = 1\nvalue_of_something_long = compute_the_value(1, 2)\n"
+    async with lsp_session(tmp_path, init_options={"max_new_tokens": 2}) as client:
+        uri = open_doc(client, tmp_path / "a.py", text)
+        edit(client, uri, 2, (3, 30), (3, 30), "zqmarker")
+        result = await client.text_document_completion_async(types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri), position=types.Position(3, 38)))
+        (item,) = result.items
+        assert item.text_edit.range == types.Range(types.Position(3, 26), types.Position(3, 38))
+        assert item.text_edit.new_text.startswith("compzqmarker")
+        assert client.server.documents.get(uri).text == text.replace("compute", "compzqmarkerute")
+
+
+async def test_a_deeply_nested_config_file_is_reported_and_completions_go_on(tmp_path, lsp_session):
+    config = tmp_path / ".memosight.toml"
+    config.write_text("x = " + "[" * 3000 + "]" * 3000 + "\n")
+    async with lsp_session(tmp_path, init_options={"max_new_tokens": 3}) as client:
+        uri = open_doc(client, tmp_path / "a.py")
+        assert (await inline(client, uri, 1, 4)).items[0].insert_text == "xxx"
+        config.write_text("y = " + "{a = " * 3000 + "1" + "}" * 3000 + "\n")
+        os.utime(config, (time.time() + 5, time.time() + 5))
+        assert (await inline(client, uri, 1, 4)).items[0].insert_text == "xxx"
+        assert any("nested too deeply" in m.message for m in client.messages)
+
+
+@pytest.mark.parametrize("bad_uri", ["file:///tmp/a%00b.py", "file:///tmp/\ud800b.py"])
+async def test_a_document_with_an_impossible_uri_costs_only_itself(tmp_path, lsp_session, lsp_status, bad_uri,
+                                                                   caplog):
+    (tmp_path / "lib.py").write_text("def helper():\n    return 2\n")
+    async with lsp_session(tmp_path, init_options={"max_new_tokens": 3}) as client:
+        await asyncio.to_thread(client.server.workspace_index.ready.wait, 10)
+        client.text_document_did_open(types.DidOpenTextDocumentParams(
+            types.TextDocumentItem(uri=bad_uri, language_id="python", version=1, text="x = helper()\n")))
+        uri = open_doc(client, tmp_path / "a.py", "y = helper()\n")
+        for target in (uri, bad_uri, uri):
+            assert (await inline(client, target, 0, 12)).items[0].insert_text == "xxx"
+        client.text_document_did_save(types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(bad_uri)))
+        client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(bad_uri)))
+        assert (await inline(client, uri, 0, 12)).items[0].insert_text == "xxx"
+        info = await lsp_status(client)
+        assert info["requests"]["errors"] == 0 and info["error"] is None
+        assert "failed" not in caplog.text  # the context was compressed, not cut in a fallback
+
+
+async def test_lone_surrogates_in_a_document_reach_the_engine_as_valid_text(tmp_path, lsp_session, lsp_status):
+    async with lsp_session(tmp_path, init_options={"max_new_tokens": 3}) as client:
+        uri = open_doc(client, tmp_path / "a.py", "s = '\ud800'\nt = '\udfff\ud83d'\nu = ")
+        assert (await inline(client, uri, 2, 4)).items[0].insert_text == "xxx"
+        prompt = client.engine.requests[-1].prefix
+        prompt.encode("utf-8")  # strict: every engine's tokenizer takes it
+        assert "s = '\ufffd'\nt = '\ufffd\ufffd'\nu = " in prompt
+        assert (await lsp_status(client))["error"] is None
+
+
+async def test_a_large_open_file_is_no_context_for_others_and_read_by_window_itself(tmp_path, lsp_session):
+    big_line = "big_table_entry = compute_something(1, 2, 3)  # generated\n"
+    big_text = big_line * (2_000_000 // len(big_line))
+    async with lsp_session(tmp_path, init_options={"max_new_tokens": 3}) as client:
+        big = open_doc(client, tmp_path / "big.py", big_text)
+        small = open_doc(client, tmp_path / "small.py", "def main():\n    big_table_entry = 1\n    ret")
+        assert (await inline(client, small, 2, 7)).items
+        assert "generated" not in client.engine.requests[-1].prefix
+        middle = big_text.count("\n") // 2
+        edit(client, big, 2, (middle, 0), (middle, 0), "value = ")
+        assert (await inline(client, big, middle, 8)).items
+        request = client.engine.requests[-1]
+        assert request.prefix.endswith("value = ") and len(request.prefix) < 300_000
+
+
+async def test_a_log_level_setting_that_is_removed_goes_back_to_the_command_line_s(tmp_path, lsp_session):
+    import logging
+    logger = logging.getLogger("memosight")
+    before = logger.level
+    try:
+        logger.setLevel("WARNING")  # as --log-level warning would
+        async with lsp_session(tmp_path, client_settings={"logLevel": "debug"}) as client:
+            await eventually(lambda: logger.level == logging.DEBUG)
+            client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+                settings={"memosight": {"maxNewTokens": 4}}))
+            await eventually(lambda: logger.level == logging.WARNING)
+    finally:
+        logger.setLevel(before)
+
+
+async def test_closing_a_document_drops_what_the_suggester_kept_for_it(tmp_path, lsp_session):
+    async with lsp_session(tmp_path, init_options={"max_new_tokens": 3}) as client:
+        uri = open_doc(client, tmp_path / "a.py")
+        await inline(client, uri, 1, 4)
+        edit(client, uri, 2, (5, 20), (5, 20), "\n    x")
+        suggester = client.server.suggester
+        assert uri in suggester._shown
+        client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
+        await eventually(lambda: uri not in suggester._shown and uri not in suggester._warm_ups
+                         and uri not in suggester._jobs)

@@ -7,7 +7,6 @@ import sys
 import time
 
 import pytest
-
 from memosight.server.__main__ import parse_args
 
 

@@ -3,7 +3,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from memosight.server.config import Settings
 from memosight.server.documents import Document
 from memosight.server.mode import SINGLE_LINE_MAX_TOKENS

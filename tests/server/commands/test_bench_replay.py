@@ -1,15 +1,18 @@
 """The replay benchmark in its short mode: a real function typed back through memosight-lsp --stdio."""
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-import argparse
-
 import pytest
-
-from memosight.server.commands.bench_replay import bursts, common_prefix, keystrokes, setting
+from memosight.server.commands.bench_replay import (
+    bursts,
+    common_prefix,
+    keystrokes,
+    setting,
+)
 
 SAMPLE = Path(__file__).parents[2] / "data" / "sample.py"
 

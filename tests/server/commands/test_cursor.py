@@ -3,9 +3,13 @@
 from pathlib import Path
 
 import pytest
-
 from memosight.server.commands.common import CommandError
-from memosight.server.commands.cursor import Cursor, load_document, parse_cursor, settings_for
+from memosight.server.commands.cursor import (
+    Cursor,
+    load_document,
+    parse_cursor,
+    settings_for,
+)
 
 
 def test_cursor_argument_is_one_based():

@@ -3,7 +3,6 @@
 import json
 
 import torch
-
 from memosight.engine import load_engine
 from memosight.server.cli import main
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from memosight.server.cli import main
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])

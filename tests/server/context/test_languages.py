@@ -1,5 +1,4 @@
 import pytest
-
 from memosight.server.context import languages
 
 LANGUAGE_IDS = ["python", "javascript", "javascriptreact", "typescript", "typescriptreact", "go", "rust"]

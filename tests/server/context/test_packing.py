@@ -3,7 +3,6 @@
 import re
 
 import pytest
-
 from memosight.server.context.packing import ContextCompressor
 from memosight.server.context.truncation import truncate_around_cursor
 from memosight.server.documents import Document, Position
