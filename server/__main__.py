@@ -18,6 +18,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--log-file", help="write logs to this file instead of stderr")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--version", action="version", version=f"memosight-lsp {__version__}")
+    parser.add_argument("--inject-faults", metavar="SPEC", type=fault_plan,
+                        help="for reliability tests: make the engine fail or stall on purpose, e.g. "
+                             "'raise=0.05,slow=0.05,slow_ms=400,seed=0' (see memosight bench soak)")
     args = parser.parse_args(argv)
     if args.tcp:
         host, sep, port = args.tcp.rpartition(":")
@@ -25,6 +28,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--tcp takes HOST:PORT, e.g. 127.0.0.1:7777, got {args.tcp!r}")
         args.host, args.port = host, int(port)
     return args
+
+
+def fault_plan(spec: str):
+    from memosight.engine.faults import FaultPlan
+
+    try:
+        return FaultPlan.parse(spec)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def setup_logging(log_file: str | None, level: str) -> None:
@@ -44,7 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.log_file, args.log_level)
     from .lsp import create_server
 
-    server = create_server()
+    load_engine = None
+    if args.inject_faults:
+        from memosight.engine.faults import FaultyEngine
+
+        from .suggest import load_engine_from_settings
+
+        def load_engine(settings):
+            return FaultyEngine(load_engine_from_settings(settings), args.inject_faults)
+    server = create_server(load_engine)
     if args.tcp:
         server.start_tcp(args.host, args.port)
     else:

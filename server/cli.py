@@ -20,6 +20,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("bench", "quality"): ("bench_quality", "held-out loss, next-token accuracy, next-line exact match"),
     ("bench", "speculative"): ("bench_speculative", "speculative decoding vs greedy, side by side"),
     ("bench", "replay"): ("bench_replay", "type real files back through memosight-lsp"),
+    ("bench", "soak"): ("bench_soak", "long typing through memosight-lsp with engine faults injected"),
     ("train", "model"): ("train_model", "train the base code model (FIM objective)"),
     ("train", "heads"): ("train_heads", "train the draft heads of a model (base frozen)"),
     ("train", "ngrams"): ("train_ngrams", "count the corpus n-gram table that drafts where the prompt has no match"),

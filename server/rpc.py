@@ -21,6 +21,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import attrs
 from cattrs import transform_error
 from lsprotocol import types
 from pygls.protocol import LanguageServerProtocol
@@ -174,6 +175,10 @@ def _params_error(exc: Exception) -> str:
     return "; ".join(details[:5])
 
 
+def _is_request_type(message_type) -> bool:
+    return attrs.has(message_type) and "id" in attrs.fields_dict(message_type)
+
+
 class MemoSightProtocol(LanguageServerProtocol):
     """pygls's LSP protocol with the request checks above and without pygls's document store."""
 
@@ -249,6 +254,10 @@ class MemoSightProtocol(LanguageServerProtocol):
             self.reply_error(msg_id, INVALID_PARAMS, "Invalid params: params must be an object or an array")
             return
         message_type = self.get_message_type(method)
+        if message_type is not None and not _is_request_type(message_type):
+            self.reply_error(msg_id, INVALID_REQUEST, f"Invalid request: {method} is a notification; send it "
+                                                      "without an id")
+            return
         if message_type is None:  # the server's own methods take any params
             message = JsonRPCRequestMessage(id=msg_id, method=method, jsonrpc="2.0", params=params)
         else:
@@ -270,6 +279,9 @@ class MemoSightProtocol(LanguageServerProtocol):
             log.debug("ignored the notification %s, which this server does not handle", method)
             return
         message_type = self.get_message_type(method)
+        if message_type is None or _is_request_type(message_type):  # nobody waits for what it would return
+            log.warning("ignored %s sent as a notification: it is a request, and needs an id", method)
+            return
         params = data.get("params")
         try:
             message = self._converter.structure({"jsonrpc": "2.0", "method": method, "params": params},

@@ -143,7 +143,7 @@ class Suggester:
     def __init__(self, load_engine: Callable[[Settings], Engine] | None = None, *,
                  open_documents: Callable[[], list[Document]] = list,
                  workspace: Callable[[], WorkspaceIndex | None] = lambda: None, fallback: bool = True):
-        self._load_engine = load_engine or _load_engine_from_settings
+        self._load_engine = load_engine or load_engine_from_settings
         self._fallback = fallback  # the server falls back to the defaults; a command-line run says no
         # the other open documents, whose definitions may enter the context
         self._open_documents = open_documents
@@ -440,7 +440,7 @@ class Suggester:
             threading.Thread(target=engine.close, name="memosight-engine-close", daemon=True).start()
 
 
-def _load_engine_from_settings(settings: Settings) -> Engine:
+def load_engine_from_settings(settings: Settings) -> Engine:
     from memosight.engine import load_engine
 
     return load_engine(settings.model, device=settings.device, dtype=settings.dtype)

@@ -162,7 +162,7 @@ async def replay_function(lsp, uri: str, text: str, start: int, end: int, args, 
                 lsp.cancel(pending[0])
                 stats.cancelled_by_client += 1
                 sent = stats.requests
-                pending[1].add_done_callback(lambda f, sent=sent: _count_stale(f, stats, sent))
+                pending[1].add_done_callback(lambda f, sent=sent: count_stale(f, stats, sent))
                 pending = None
             insert(key)
             stats.typed_chars += len(key)
@@ -204,7 +204,7 @@ async def replay_function(lsp, uri: str, text: str, start: int, end: int, args, 
     lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
 
 
-def _count_stale(fut: asyncio.Future, stats: Replay, requests_when_cancelled: int) -> None:
+def count_stale(fut: asyncio.Future, stats, requests_when_cancelled: int) -> None:
     """A cancelled request's answer is stale only if a newer request went out before it arrived;
     one that crossed the cancellation on the wire arrives first and the editor drops it."""
     if fut.cancelled() or fut.exception() is not None:

@@ -184,6 +184,9 @@ class RawClient:
 
     async def answer(self, msg_id, timeout: float = 10.0) -> dict:
         """The response to `msg_id` (messages before it are kept in `received`)."""
+        for message in self.received:  # it may have come while another answer was awaited
+            if "method" not in message and message.get("id") == msg_id:
+                return message
         while True:
             message = await self.next(timeout)
             if "method" not in message and message.get("id") == msg_id:

@@ -384,3 +384,18 @@ async def test_closing_a_document_drops_what_the_suggester_kept_for_it(tmp_path,
         client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
         await eventually(lambda: uri not in suggester._shown and uri not in suggester._warm_ups
                          and uri not in suggester._jobs)
+
+
+async def test_after_an_engine_fault_mid_generation_the_next_completion_is_whole(tmp_path, lsp_session,
+                                                                                  scripted_engine, lsp_status):
+    from memosight.engine.faults import FaultPlan, FaultyEngine
+
+    engine = FaultyEngine(scripted_engine("hello", repeat=False), FaultPlan(raise_rate=1.0, raise_after=2))
+    async with lsp_session(tmp_path, engine) as client:
+        uri = open_doc(client, tmp_path / "a.py")
+        assert not (await inline(client, uri, 1, 4)).items  # half a suggestion is no suggestion
+        assert any("injected fault" in m.message for m in client.messages)
+        engine.plan = FaultPlan()
+        assert (await inline(client, uri, 1, 4)).items[0].insert_text == "hello"
+        info = await lsp_status(client)
+        assert info["faults"]["raised"] == 1 and info["requests"]["errors"] == 1

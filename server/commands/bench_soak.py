@@ -1,0 +1,403 @@
+"""`memosight bench soak --corpus DIR [--keystrokes 2000] [--json]`: long typing with faults injected.
+
+Two `memosight-lsp --stdio` processes: the one under test, started with `--inject-faults` (its engine
+raises in the middle of some generations and stalls before others, through the engine protocol), and
+a reference without faults that sees the same edits. Functions cut out of real files are typed back
+into several open documents of a temporary workspace, switching between them, in bursts: a burst
+ends in an inline completion request, cancelled when typing resumes before its answer and sometimes
+superseded at once by a second request; a finished function's document is closed and the next one
+opened; the workspace's `.memosight.toml` is rewritten every so often, with valid and broken text.
+
+Reported: keystrokes, requests and how many were answered (a result or an error: every request must
+be), faults injected, the first fresh completion after each fault beside the reference server's at
+the same text (they must be equal: greedy decoding is deterministic), suggestions for a text that is
+no longer current (must be 0), the server's memory at start, after warm-up and at the end, and
+whether it is still completing and exits cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .bench_replay import common_prefix, count_stale, keystrokes, pick_functions, position_of
+from .common import CommandError, add_json_argument, print_result, step_progress
+
+# What the project file becomes, in turn: settings that change the context and the length, and
+# files a user might save half-written or wrong. None of them changes the model.
+CONFIG_VERSIONS = [
+    "context_budget = 512\n",
+    "max_new_tokens = 16\nsuffix_share = 0.1\n",
+    "context_budget = [[[\n",  # a syntax error, as saved half-written
+    "x = " + "[" * 3000 + "]" * 3000 + "\n",  # nested too deeply for a recursive reader
+    'context_budget = "lots"\nmultiline = 7\n',  # wrong types
+    "",
+]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--corpus", required=True, help="folder of Python source files (held-out code)")
+    parser.add_argument("--model", help="model folder or hub id (default: the embedded model)")
+    parser.add_argument("--keystrokes", type=int, default=2000, help="keystrokes to type in all")
+    parser.add_argument("--documents", type=int, default=4, help="documents open at once")
+    parser.add_argument("--faults", default="raise=0.04,slow=0.04,slow_ms=400",
+                        help="the fault plan of the server under test (memosight-lsp --inject-faults)")
+    parser.add_argument("--key-ms", type=float, default=25.0, help="time between keystrokes in a burst")
+    parser.add_argument("--pause-ms", type=float, default=150.0, help="how long a burst's request is waited for")
+    parser.add_argument("--supersede", type=float, default=0.1, help="share of requests sent twice at once")
+    parser.add_argument("--switch", type=float, default=0.25, help="share of bursts that move to another document")
+    parser.add_argument("--config-every", type=int, default=150, help="keystrokes between config rewrites")
+    parser.add_argument("--server-log", metavar="FILE", help="the log of the server under test")
+    parser.add_argument("--seed", type=int, default=0)
+    add_json_argument(parser)
+
+
+@dataclass
+class Soak:
+    keystrokes: int = 0
+    requests: int = 0
+    answered: int = 0
+    errors: int = 0  # answered with a JSON-RPC error (a cancelled request's -32800 among them)
+    with_items: int = 0
+    cancelled_by_client: int = 0
+    superseding: int = 0
+    accepted: int = 0
+    stale: int = 0
+    crossed: int = 0
+    config_rewrites: int = 0
+    documents_opened: int = 0
+    checked_after_fault: int = 0
+    matched_after_fault: int = 0
+    mismatches: list[dict] = field(default_factory=list)
+    typed_through: int = 0  # the server's count of typed-through suggestions at the last answer
+    futures: list[asyncio.Future] = field(default_factory=list)
+
+
+@dataclass
+class Doc:
+    uri: str
+    text: str
+    cursor: int
+    remaining: str
+    version: int = 1
+    pending: tuple[int, asyncio.Future] | None = None
+
+
+def rss_mb(pid: int) -> float | None:
+    """The process's resident memory now (Linux), in MB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+class Pair:
+    """The server under test and the reference: every notification goes to both."""
+
+    def __init__(self, test, reference):
+        self.test, self.reference = test, reference
+
+    def notify(self, method: str, params) -> None:
+        self.test.notify(method, params)
+        self.reference.notify(method, params)
+
+
+async def soak(args) -> dict:
+    from .lsp_client import LspProcess
+
+    rng = random.Random(args.seed)
+    functions = pick_functions(args.corpus, 10_000, 400, rng)
+    if len(functions) < args.documents:
+        raise CommandError(f"found {len(functions)} functions of at most 400 characters under {args.corpus}; "
+                           f"--documents {args.documents} needs at least as many")
+    workspace = Path(tempfile.mkdtemp(prefix="memosight-soak-"))
+    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    base = [sys.executable, "-m", "memosight.server", "--stdio"]
+    log_args = ["--log-file", args.server_log, "--log-level", "info"] if args.server_log else []
+    test = LspProcess([*base, "--inject-faults", args.faults, *log_args], env=env)
+    reference = LspProcess(base, env=env)
+    servers = Pair(test, reference)
+    started = time.perf_counter()
+    try:
+        for lsp in (test, reference):
+            await lsp.start()
+            await lsp.call("initialize", {"processId": os.getpid(), "rootUri": workspace.as_uri(),
+                                          "capabilities": {},
+                                          "initializationOptions": {"model": args.model} if args.model else {}})
+            lsp.notify("initialized", {})
+        await warm_up(servers, workspace)
+        rss_start = rss_mb(test.proc.pid)
+        stats = Soak()
+        rss_after_warm_up = await type_back(servers, workspace, functions, args, rng, stats)
+        answered_all = await settle(stats)
+        rss_end = rss_mb(test.proc.pid)
+        status = await test.call("memosight/status", {})
+        alive = await completes(test, workspace)
+        exit_code = await stop(test)
+    finally:
+        with contextlib.suppress(Exception):
+            await stop(reference)
+        with contextlib.suppress(Exception):
+            await stop(test)
+        shutil.rmtree(workspace, ignore_errors=True)
+    faults = status.get("faults", {})
+    popups = sum(1 for method, _ in test.notifications if method == "window/showMessage")
+    return {
+        "model": status.get("model"), "device": status.get("device"), "fault_plan": args.faults,
+        "duration_s": round(time.perf_counter() - started, 1),
+        "keystrokes": stats.keystrokes, "documents_opened": stats.documents_opened,
+        "requests": stats.requests, "answered": stats.answered, "unanswered": stats.requests - answered_all,
+        "answered_with_error": stats.errors, "with_suggestion": stats.with_items,
+        "cancelled_by_client": stats.cancelled_by_client, "superseding_requests": stats.superseding,
+        "accepted": stats.accepted, "config_rewrites": stats.config_rewrites,
+        "faults": {"raised": faults.get("raised", 0), "slowed": faults.get("slowed", 0),
+                   "streams": faults.get("streams", 0)},
+        "after_fault": {"checked": stats.checked_after_fault, "matched": stats.matched_after_fault,
+                        "mismatches": stats.mismatches[:5]},
+        "stale_suggestions": stats.stale, "crossed_cancellations": stats.crossed,
+        "server_errors": status.get("requests", {}).get("errors"), "popups": popups,
+        "rss_mb": {"start": rss_start, "after_warm_up": rss_after_warm_up, "end": rss_end,
+                   "growth_after_warm_up": round(rss_end - rss_after_warm_up, 1)
+                   if rss_end is not None and rss_after_warm_up is not None else None},
+        "peak_rss_mb": status.get("peak_rss_mb"),
+        "completing_at_end": alive, "exit_code": exit_code,
+    }
+
+
+async def warm_up(servers: Pair, workspace: Path) -> None:
+    """Load both engines (a first request waits for the model)."""
+    uri = (workspace / "warm_up.py").as_uri()
+    servers.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                             "text": "def f(x):\n    return x\n"}})
+    for lsp in (servers.test, servers.reference):
+        with contextlib.suppress(RuntimeError):  # a fault on the warm-up request is a fault like any other
+            await lsp.call("textDocument/inlineCompletion", {"textDocument": {"uri": uri},
+                                                             "position": {"line": 1, "character": 4},
+                                                             "context": {"triggerKind": 1}}, timeout=300)
+    servers.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+
+def open_next(servers: Pair, workspace: Path, functions: list, stats: Soak) -> Doc:
+    path, text, start, end = functions[stats.documents_opened % len(functions)]
+    stats.documents_opened += 1
+    doc_text = text[:start] + text[end:]
+    file = workspace / f"doc{stats.documents_opened}_{path.name}"
+    file.write_text(doc_text, encoding="utf-8")  # the workspace holds what the editor shows
+    doc = Doc(file.as_uri(), doc_text, start, text[start:end])
+    servers.notify("textDocument/didOpen", {"textDocument": {"uri": doc.uri, "languageId": "python", "version": 1,
+                                                             "text": doc_text}})
+    return doc
+
+
+async def type_back(servers: Pair, workspace: Path, functions: list, args, rng: random.Random,
+                    stats: Soak) -> float | None:
+    """Type until --keystrokes; returns the server's RSS once a quarter of them are typed."""
+    test = servers.test
+    docs = [open_next(servers, workspace, functions, stats) for _ in range(args.documents)]
+    current = 0
+    faults_seen = 0
+    verify_next = False
+    rss_after_warm_up = None
+    next_config = args.config_every
+    with step_progress("keystrokes", unit="key") as on_step:
+        while stats.keystrokes < args.keystrokes:
+            if rng.random() < args.switch:
+                current = rng.randrange(len(docs))
+            doc = docs[current]
+            for key in keystrokes(doc.remaining)[:rng.randint(1, 6)]:
+                cancel_pending(test, doc, stats)  # typing resumes: the editor cancels what it asked
+                insert(servers, doc, key)
+                stats.keystrokes += 1
+                await asyncio.sleep(args.key_ms / 1000)
+            if stats.keystrokes >= next_config:
+                next_config += args.config_every
+                rewrite_config(servers, workspace, stats)
+            if rss_after_warm_up is None and stats.keystrokes >= args.keystrokes // 4:
+                rss_after_warm_up = rss_mb(test.proc.pid)
+            on_step(min(stats.keystrokes, args.keystrokes), args.keystrokes, {"requests": stats.requests})
+            if not doc.remaining:  # the function is typed: close it, open the next
+                cancel_pending(test, doc, stats)
+                servers.notify("textDocument/didClose", {"textDocument": {"uri": doc.uri}})
+                docs[current] = open_next(servers, workspace, functions, stats)
+                continue
+            result = await ask(test, doc, args, rng, stats)
+            if result is None:
+                continue
+            status = await test.call("memosight/status", {})
+            faults = status.get("faults", {})
+            injected = faults.get("raised", 0) + faults.get("slowed", 0)
+            typed_through = status["requests"]["typed_through"]
+            fresh = typed_through == stats.typed_through  # no earlier suggestion was typed through since
+            stats.typed_through = typed_through
+            if injected > faults_seen:  # a fault since the last answer: check the next fresh completion
+                faults_seen, verify_next = injected, True
+            elif verify_next and fresh:
+                await check_after_fault(servers, doc, result, stats)
+                verify_next = False
+            match = common_prefix(suggestion_text(result), doc.remaining)
+            if match >= 3:  # the simulated user takes the suggestion's start where it is right
+                insert(servers, doc, doc.remaining[:match])
+                stats.accepted += 1
+                await test.call("workspace/executeCommand", {"command": "memosight.accepted", "arguments": [match]})
+    return rss_after_warm_up
+
+
+def insert(servers: Pair, doc: Doc, piece: str) -> None:
+    pos = position_of(doc.text, doc.cursor)
+    doc.version += 1
+    servers.notify("textDocument/didChange", {"textDocument": {"uri": doc.uri, "version": doc.version},
+                                              "contentChanges": [{"range": {"start": pos, "end": pos}, "text": piece}]})
+    doc.text = doc.text[:doc.cursor] + piece + doc.text[doc.cursor:]
+    doc.cursor += len(piece)
+    doc.remaining = doc.remaining[len(piece):]
+
+
+def cancel_pending(test, doc: Doc, stats: Soak) -> None:
+    if doc.pending is None:
+        return
+    msg_id, fut = doc.pending
+    doc.pending = None
+    if fut.done():
+        return
+    test.cancel(msg_id)
+    stats.cancelled_by_client += 1
+    sent = stats.requests
+    fut.add_done_callback(lambda f: count_stale(f, stats, sent))
+
+
+def completion_params(doc: Doc) -> dict:
+    return {"textDocument": {"uri": doc.uri}, "position": position_of(doc.text, doc.cursor),
+            "context": {"triggerKind": 2}}
+
+
+def track(fut: asyncio.Future, stats: Soak) -> None:
+    def answered(f: asyncio.Future) -> None:
+        stats.answered += 1
+        if not f.cancelled() and f.exception() is not None:
+            stats.errors += 1
+    stats.futures.append(fut)
+    fut.add_done_callback(answered)
+
+
+async def ask(test, doc: Doc, args, rng: random.Random, stats: Soak) -> dict | None:
+    """A completion request at the cursor (sometimes twice at once); its result if it came in time."""
+    params = completion_params(doc)
+    if rng.random() < args.supersede:  # the first of two: superseded, it must still be answered
+        _, first = test.request("textDocument/inlineCompletion", params)
+        track(first, stats)
+        stats.requests += 1
+        stats.superseding += 1
+    msg_id, fut = test.request("textDocument/inlineCompletion", params)
+    track(fut, stats)
+    stats.requests += 1
+    doc.pending = (msg_id, fut)
+    try:
+        result = await asyncio.wait_for(asyncio.shield(fut), args.pause_ms / 1000)
+    except asyncio.TimeoutError:
+        return None  # still generating when typing resumes: the next keystroke cancels it
+    except (RuntimeError, ConnectionError):
+        doc.pending = None
+        return None
+    doc.pending = None
+    result = result if isinstance(result, dict) else {"items": result or []}
+    if result.get("items"):
+        stats.with_items += 1
+    return result
+
+
+def suggestion_text(result: dict | None) -> str:
+    items = (result or {}).get("items") or []
+    if not items:
+        return ""
+    text = items[0].get("insertText", "")
+    return text if isinstance(text, str) else text.get("value", "")
+
+
+async def check_after_fault(servers: Pair, doc: Doc, result: dict, stats: Soak) -> None:
+    """Compare a completion the server just generated with the reference's at the same text."""
+    before = await servers.reference.call("memosight/status", {})
+    try:
+        expected = await servers.reference.call("textDocument/inlineCompletion", completion_params(doc), timeout=120)
+    except RuntimeError:
+        return
+    after = await servers.reference.call("memosight/status", {})
+    if after["requests"]["typed_through"] != before["requests"]["typed_through"]:
+        return  # the reference typed an earlier suggestion through: not a generation to compare
+    stats.checked_after_fault += 1
+    got = suggestion_text(result)
+    want = suggestion_text(expected if isinstance(expected, dict) else {"items": expected})
+    if got == want:
+        stats.matched_after_fault += 1
+    else:
+        stats.mismatches.append({"uri": doc.uri, "cursor": doc.cursor, "got": got, "expected": want})
+
+
+def rewrite_config(servers: Pair, workspace: Path, stats: Soak) -> None:
+    config = workspace / ".memosight.toml"
+    config.write_text(CONFIG_VERSIONS[stats.config_rewrites % len(CONFIG_VERSIONS)], encoding="utf-8")
+    stats.config_rewrites += 1
+    servers.notify("workspace/didChangeWatchedFiles", {"changes": [{"uri": config.as_uri(), "type": 2}]})
+
+
+async def settle(stats: Soak) -> int:
+    """Wait for the answers still out; how many requests were answered in all."""
+    pending = [f for f in stats.futures if not f.done()]
+    if pending:
+        await asyncio.wait(pending, timeout=60)
+    return sum(1 for f in stats.futures if f.done())
+
+
+async def completes(lsp, workspace: Path) -> bool:
+    """After everything: a new document still gets a suggestion."""
+    uri = (workspace / "final.py").as_uri()
+    lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                         "text": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    "}})
+    for _ in range(5):  # a fault may hit this request too; the next one must work
+        with contextlib.suppress(RuntimeError):
+            result = await lsp.call("textDocument/inlineCompletion", {
+                "textDocument": {"uri": uri}, "position": {"line": 5, "character": 4},
+                "context": {"triggerKind": 1}}, timeout=120)
+            if suggestion_text(result if isinstance(result, dict) else {"items": result}):
+                return True
+    return False
+
+
+async def stop(lsp) -> int | None:
+    await lsp.stop()
+    return lsp.proc.returncode if lsp.proc else None
+
+
+def render(result: dict) -> str:
+    rss, faults, check = result["rss_mb"], result["faults"], result["after_fault"]
+    return "\n".join([
+        f"model {result['model']}  device {result['device']}  faults {result['fault_plan']}  "
+        f"{result['duration_s']} s",
+        f"keystrokes {result['keystrokes']} in {result['documents_opened']} documents  "
+        f"config rewrites {result['config_rewrites']}",
+        f"requests {result['requests']}  answered {result['answered']} (unanswered {result['unanswered']}, "
+        f"errors {result['answered_with_error']})  with a suggestion {result['with_suggestion']}",
+        f"cancelled by the client {result['cancelled_by_client']}  superseding {result['superseding_requests']}  "
+        f"stale suggestions {result['stale_suggestions']} (crossed cancellations {result['crossed_cancellations']})",
+        f"faults injected: raised {faults['raised']}, slowed {faults['slowed']} of {faults['streams']} generations; "
+        f"first fresh completion after a fault equal to the reference: {check['matched']}/{check['checked']}",
+        f"server RSS: start {rss['start']} MB, after warm-up {rss['after_warm_up']} MB, end {rss['end']} MB "
+        f"(growth after warm-up {rss['growth_after_warm_up']} MB), peak {result['peak_rss_mb']} MB",
+        f"popups {result['popups']}  completing at the end {result['completing_at_end']}  "
+        f"exit code {result['exit_code']}"])
+
+
+def run(args: argparse.Namespace) -> int:
+    print_result(asyncio.run(soak(args)), args.json, render)
+    return 0
