@@ -107,6 +107,9 @@ def load_tokenizer(model: str | None = None):
                              "folder written by save_pretrained, or a model in the Hugging Face cache") from exc
 
 
+PICKLED_WEIGHTS = {".bin", ".pt", ".pth", ".ckpt", ".pkl"}
+
+
 def _load_pretrained(source: str, local: bool, dtype: torch.dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -114,9 +117,17 @@ def _load_pretrained(source: str, local: bool, dtype: torch.dtype):
     hf_logging.disable_progress_bar()  # progress bars would land in an editor's log
 
     offline = _offline(local)
+    if local and not any(Path(source).glob("*.safetensors")) and any(
+            p.suffix in PICKLED_WEIGHTS for p in Path(source).iterdir()):
+        raise ModelLoadError(f"model folder {source!r} holds only pickled weights (.bin/.pt); MemoSight loads "
+                             "weights only from .safetensors files, because loading a pickle can run code: "
+                             "convert it (load it yourself, if you trust it, and save_pretrained it again)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=offline)
+        # safetensors only: a pickle in a model folder a project names could run code; and never
+        # trust_remote_code, so no Python file of a model folder is imported
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=offline,
+                                                     use_safetensors=True)
     except (OSError, ValueError, json.JSONDecodeError, RuntimeError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if local:

@@ -3,15 +3,16 @@
 Two `memosight-lsp --stdio` processes: the one under test, started with `--inject-faults` (its engine
 raises in the middle of some generations and stalls before others, through the engine protocol), and
 a reference without faults that sees the same edits. Functions cut out of real files are typed back
-into several open documents of a temporary workspace, switching between them, in bursts: a burst
+into several open documents (files beside a temporary workspace), switching between them, in bursts: a burst
 ends in an inline completion request, cancelled when typing resumes before its answer and sometimes
 superseded at once by a second request; a finished function's document is closed and the next one
 opened; the workspace's `.memosight.toml` is rewritten every so often, with valid and broken text.
 
 Reported: keystrokes, requests and how many were answered (a result or an error: every request must
-be), faults injected, the first fresh completion after each fault beside the reference server's at
-the same text (they must be equal: greedy decoding is deterministic), suggestions for a text that is
-no longer current (must be 0), the server's memory at start, after warm-up and at the end, and
+be), faults injected, the first completion after each fault beside the reference server's (the
+document's text opened anew in both and completed at its cursor: greedy decoding is deterministic,
+so they must be equal; the same probe at random answers with no fault before is the control),
+suggestions for a text that is no longer current (must be 0), the server's memory over the run, and
 whether it is still completing and exits cleanly.
 """
 
@@ -29,7 +30,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .bench_replay import common_prefix, count_stale, keystrokes, pick_functions, position_of
+from .bench_replay import (
+    common_prefix,
+    count_stale,
+    keystrokes,
+    pick_functions,
+    position_of,
+)
 from .common import CommandError, add_json_argument, print_result, step_progress
 
 # What the project file becomes, in turn: settings that change the context and the length, and
@@ -55,10 +62,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pause-ms", type=float, default=150.0, help="how long a burst's request is waited for")
     parser.add_argument("--supersede", type=float, default=0.1, help="share of requests sent twice at once")
     parser.add_argument("--switch", type=float, default=0.25, help="share of bursts that move to another document")
+    parser.add_argument("--control", type=float, default=0.1,
+                        help="share of answers without a fault before them also probed (a control)")
     parser.add_argument("--config-every", type=int, default=150, help="keystrokes between config rewrites")
     parser.add_argument("--server-log", metavar="FILE", help="the log of the server under test")
     parser.add_argument("--seed", type=int, default=0)
     add_json_argument(parser)
+
+
+@dataclass
+class Checks:
+    """Completions compared with the reference server's at the same text."""
+
+    checked: int = 0
+    matched: int = 0
+    mismatches: list[dict] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"checked": self.checked, "matched": self.matched, "mismatches": self.mismatches[:5]}
 
 
 @dataclass
@@ -75,10 +96,10 @@ class Soak:
     crossed: int = 0
     config_rewrites: int = 0
     documents_opened: int = 0
-    checked_after_fault: int = 0
-    matched_after_fault: int = 0
-    mismatches: list[dict] = field(default_factory=list)
-    typed_through: int = 0  # the server's count of typed-through suggestions at the last answer
+    after_fault: Checks = field(default_factory=lambda: Checks())
+    control: Checks = field(default_factory=lambda: Checks())  # the same check where no fault came before
+    memory: list[dict] = field(default_factory=list)  # samples over the run
+    probes: int = 0
     futures: list[asyncio.Future] = field(default_factory=list)
 
 
@@ -122,25 +143,33 @@ async def soak(args) -> dict:
     if len(functions) < args.documents:
         raise CommandError(f"found {len(functions)} functions of at most 400 characters under {args.corpus}; "
                            f"--documents {args.documents} needs at least as many")
-    workspace = Path(tempfile.mkdtemp(prefix="memosight-soak-"))
+    scratch = Path(tempfile.mkdtemp(prefix="memosight-soak-"))
+    # The workspace root holds the config file; the documents lie beside it, so that no closed
+    # document enters the workspace index, whose picks depend on the requests' history: the
+    # reference server, asked less often, would pick differently.
+    workspace, documents = scratch / "workspace", scratch / "documents"
+    workspace.mkdir()
+    documents.mkdir()
     env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
     base = [sys.executable, "-m", "memosight.server", "--stdio"]
     log_args = ["--log-file", args.server_log, "--log-level", "info"] if args.server_log else []
     test = LspProcess([*base, "--inject-faults", args.faults, *log_args], env=env)
     reference = LspProcess(base, env=env)
     servers = Pair(test, reference)
+    # No time budget on multi-line suggestions: where a suggestion ends must not depend on the load
+    options = {"latency_budget_ms": 0, **({"model": args.model} if args.model else {})}
     started = time.perf_counter()
     try:
         for lsp in (test, reference):
             await lsp.start()
             await lsp.call("initialize", {"processId": os.getpid(), "rootUri": workspace.as_uri(),
                                           "capabilities": {},
-                                          "initializationOptions": {"model": args.model} if args.model else {}})
+                                          "initializationOptions": options})
             lsp.notify("initialized", {})
         await warm_up(servers, workspace)
         rss_start = rss_mb(test.proc.pid)
         stats = Soak()
-        rss_after_warm_up = await type_back(servers, workspace, functions, args, rng, stats)
+        rss_after_warm_up = await type_back(servers, workspace, documents, functions, args, rng, stats)
         answered_all = await settle(stats)
         rss_end = rss_mb(test.proc.pid)
         status = await test.call("memosight/status", {})
@@ -151,7 +180,7 @@ async def soak(args) -> dict:
             await stop(reference)
         with contextlib.suppress(Exception):
             await stop(test)
-        shutil.rmtree(workspace, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     faults = status.get("faults", {})
     popups = sum(1 for method, _ in test.notifications if method == "window/showMessage")
     return {
@@ -164,13 +193,13 @@ async def soak(args) -> dict:
         "accepted": stats.accepted, "config_rewrites": stats.config_rewrites,
         "faults": {"raised": faults.get("raised", 0), "slowed": faults.get("slowed", 0),
                    "streams": faults.get("streams", 0)},
-        "after_fault": {"checked": stats.checked_after_fault, "matched": stats.matched_after_fault,
-                        "mismatches": stats.mismatches[:5]},
+        "after_fault": stats.after_fault.to_json(), "control": stats.control.to_json(),
         "stale_suggestions": stats.stale, "crossed_cancellations": stats.crossed,
         "server_errors": status.get("requests", {}).get("errors"), "popups": popups,
         "rss_mb": {"start": rss_start, "after_warm_up": rss_after_warm_up, "end": rss_end,
                    "growth_after_warm_up": round(rss_end - rss_after_warm_up, 1)
-                   if rss_end is not None and rss_after_warm_up is not None else None},
+                   if rss_end is not None and rss_after_warm_up is not None else None,
+                   "samples": stats.memory},
         "peak_rss_mb": status.get("peak_rss_mb"),
         "completing_at_end": alive, "exit_code": exit_code,
     }
@@ -189,28 +218,28 @@ async def warm_up(servers: Pair, workspace: Path) -> None:
     servers.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
 
 
-def open_next(servers: Pair, workspace: Path, functions: list, stats: Soak) -> Doc:
+def open_next(servers: Pair, folder: Path, functions: list, stats: Soak) -> Doc:
     path, text, start, end = functions[stats.documents_opened % len(functions)]
     stats.documents_opened += 1
     doc_text = text[:start] + text[end:]
-    file = workspace / f"doc{stats.documents_opened}_{path.name}"
-    file.write_text(doc_text, encoding="utf-8")  # the workspace holds what the editor shows
+    file = folder / f"doc{stats.documents_opened}_{path.name}"
+    file.write_text(doc_text, encoding="utf-8")  # the file on disk holds what the editor shows
     doc = Doc(file.as_uri(), doc_text, start, text[start:end])
     servers.notify("textDocument/didOpen", {"textDocument": {"uri": doc.uri, "languageId": "python", "version": 1,
                                                              "text": doc_text}})
     return doc
 
 
-async def type_back(servers: Pair, workspace: Path, functions: list, args, rng: random.Random,
-                    stats: Soak) -> float | None:
+async def type_back(servers: Pair, workspace: Path, documents: Path, functions: list, args,
+                    rng: random.Random, stats: Soak) -> float | None:
     """Type until --keystrokes; returns the server's RSS once a quarter of them are typed."""
     test = servers.test
-    docs = [open_next(servers, workspace, functions, stats) for _ in range(args.documents)]
+    docs = [open_next(servers, documents, functions, stats) for _ in range(args.documents)]
     current = 0
     faults_seen = 0
-    verify_next = False
     rss_after_warm_up = None
     next_config = args.config_every
+    next_sample = max(1, args.keystrokes // 10)
     with step_progress("keystrokes", unit="key") as on_step:
         while stats.keystrokes < args.keystrokes:
             if rng.random() < args.switch:
@@ -224,28 +253,29 @@ async def type_back(servers: Pair, workspace: Path, functions: list, args, rng: 
             if stats.keystrokes >= next_config:
                 next_config += args.config_every
                 rewrite_config(servers, workspace, stats)
-            if rss_after_warm_up is None and stats.keystrokes >= args.keystrokes // 4:
-                rss_after_warm_up = rss_mb(test.proc.pid)
+            if stats.keystrokes >= next_sample:  # memory over the run: the process, and the engine's KV blocks
+                next_sample += max(1, args.keystrokes // 10)
+                tree = ((await test.call("memosight/status", {})).get("cache") or {}).get("prefix_tree") or {}
+                stats.memory.append({"keystrokes": stats.keystrokes, "rss_mb": rss_mb(test.proc.pid),
+                                     "kv_blocks_mb": round(tree.get("bytes", 0) / 2**20, 1)})
+                if rss_after_warm_up is None and stats.keystrokes >= args.keystrokes // 4:
+                    rss_after_warm_up = stats.memory[-1]["rss_mb"]
             on_step(min(stats.keystrokes, args.keystrokes), args.keystrokes, {"requests": stats.requests})
             if not doc.remaining:  # the function is typed: close it, open the next
                 cancel_pending(test, doc, stats)
                 servers.notify("textDocument/didClose", {"textDocument": {"uri": doc.uri}})
-                docs[current] = open_next(servers, workspace, functions, stats)
+                docs[current] = open_next(servers, documents, functions, stats)
                 continue
             result = await ask(test, doc, args, rng, stats)
             if result is None:
                 continue
-            status = await test.call("memosight/status", {})
-            faults = status.get("faults", {})
+            faults = (await test.call("memosight/status", {})).get("faults", {})
             injected = faults.get("raised", 0) + faults.get("slowed", 0)
-            typed_through = status["requests"]["typed_through"]
-            fresh = typed_through == stats.typed_through  # no earlier suggestion was typed through since
-            stats.typed_through = typed_through
-            if injected > faults_seen:  # a fault since the last answer: check the next fresh completion
-                faults_seen, verify_next = injected, True
-            elif verify_next and fresh:
-                await check_after_fault(servers, doc, result, stats)
-                verify_next = False
+            if injected > faults_seen:  # a fault since the last check: is the next completion right?
+                faults_seen = injected
+                await probe(servers, doc, stats, stats.after_fault)
+            elif rng.random() < args.control:
+                await probe(servers, doc, stats, stats.control)
             match = common_prefix(suggestion_text(result), doc.remaining)
             if match >= 3:  # the simulated user takes the suggestion's start where it is right
                 insert(servers, doc, doc.remaining[:match])
@@ -325,23 +355,41 @@ def suggestion_text(result: dict | None) -> str:
     return text if isinstance(text, str) else text.get("value", "")
 
 
-async def check_after_fault(servers: Pair, doc: Doc, result: dict, stats: Soak) -> None:
-    """Compare a completion the server just generated with the reference's at the same text."""
-    before = await servers.reference.call("memosight/status", {})
+async def probe(servers: Pair, doc: Doc, stats: Soak, checks: Checks) -> None:
+    """Open the document's text anew in both servers and compare their completions at its cursor.
+    A new document has no history in either server (no suggestion to type through, no earlier
+    context choices), so the two must be equal unless the server under test kept something broken."""
+    stats.probes += 1
+    uri = doc.uri[:-len(".py")] + f".probe{stats.probes}.py"
+    servers.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                             "text": doc.text}})
+    params = {**completion_params(doc), "textDocument": {"uri": uri}}
     try:
-        expected = await servers.reference.call("textDocument/inlineCompletion", completion_params(doc), timeout=120)
-    except RuntimeError:
+        got = await clean_completion(servers.test, params)
+        want = await clean_completion(servers.reference, params)
+    finally:
+        servers.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+    if got is None or want is None:
         return
-    after = await servers.reference.call("memosight/status", {})
-    if after["requests"]["typed_through"] != before["requests"]["typed_through"]:
-        return  # the reference typed an earlier suggestion through: not a generation to compare
-    stats.checked_after_fault += 1
-    got = suggestion_text(result)
-    want = suggestion_text(expected if isinstance(expected, dict) else {"items": expected})
+    checks.checked += 1
     if got == want:
-        stats.matched_after_fault += 1
+        checks.matched += 1
     else:
-        stats.mismatches.append({"uri": doc.uri, "cursor": doc.cursor, "got": got, "expected": want})
+        checks.mismatches.append({"document": doc.uri, "cursor": doc.cursor, "got": got, "expected": want})
+
+
+async def clean_completion(lsp, params: dict, tries: int = 4) -> str | None:
+    """The suggestion of a generation that no fault hit (a fault on this request: ask again)."""
+    for _ in range(tries):
+        before = ((await lsp.call("memosight/status", {})).get("faults") or {}).get("raised", 0)
+        try:
+            result = await lsp.call("textDocument/inlineCompletion", params, timeout=120)
+        except RuntimeError:
+            continue
+        after = ((await lsp.call("memosight/status", {})).get("faults") or {}).get("raised", 0)
+        if after == before:
+            return suggestion_text(result if isinstance(result, dict) else {"items": result})
+    return None
 
 
 def rewrite_config(servers: Pair, workspace: Path, stats: Soak) -> None:
@@ -380,7 +428,7 @@ async def stop(lsp) -> int | None:
 
 
 def render(result: dict) -> str:
-    rss, faults, check = result["rss_mb"], result["faults"], result["after_fault"]
+    rss, faults, check, control = result["rss_mb"], result["faults"], result["after_fault"], result["control"]
     return "\n".join([
         f"model {result['model']}  device {result['device']}  faults {result['fault_plan']}  "
         f"{result['duration_s']} s",
@@ -391,7 +439,8 @@ def render(result: dict) -> str:
         f"cancelled by the client {result['cancelled_by_client']}  superseding {result['superseding_requests']}  "
         f"stale suggestions {result['stale_suggestions']} (crossed cancellations {result['crossed_cancellations']})",
         f"faults injected: raised {faults['raised']}, slowed {faults['slowed']} of {faults['streams']} generations; "
-        f"first fresh completion after a fault equal to the reference: {check['matched']}/{check['checked']}",
+        f"equal to the reference: the first completion after a fault {check['matched']}/{check['checked']}, "
+        f"control probes {control['matched']}/{control['checked']}",
         f"server RSS: start {rss['start']} MB, after warm-up {rss['after_warm_up']} MB, end {rss['end']} MB "
         f"(growth after warm-up {rss['growth_after_warm_up']} MB), peak {result['peak_rss_mb']} MB",
         f"popups {result['popups']}  completing at the end {result['completing_at_end']}  "

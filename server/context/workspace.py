@@ -94,6 +94,12 @@ class WorkspaceIndex:
         self._lock = threading.Lock()
         self.ready = threading.Event()
 
+    def inside(self, key: str) -> bool:
+        """Whether a resolved path lies under the root: a link that leads out of the workspace is
+        not the workspace's file, and its text never enters a prompt."""
+        root = str(self.root)
+        return key == root or key.startswith(root.rstrip(os.sep) + os.sep)
+
     # --- building -------------------------------------------------------------------------------
 
     def start(self) -> threading.Thread:
@@ -128,7 +134,8 @@ class WorkspaceIndex:
         language = self.language_of.get(path.suffix)
         family = languages.FAMILY.get(language or "")
         try:
-            if family is None or not path.is_file() or path.stat().st_size > self.max_bytes:
+            if (family is None or not self.inside(path_key(path)) or not path.is_file()
+                    or path.stat().st_size > self.max_bytes):
                 self.remove(path)
                 return False
             text = path.read_text(encoding="utf-8")
@@ -218,6 +225,8 @@ class WorkspaceIndex:
         for key in paths:
             path = Path(key)
             try:
+                if not self.inside(path_key(path)):  # replaced by a link out of the workspace since
+                    continue
                 mtime = path.stat().st_mtime_ns
                 doc = self._documents.get((key, mtime))
                 if doc is None:

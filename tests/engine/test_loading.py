@@ -32,3 +32,22 @@ def test_cuda_requested_without_cuda_is_a_clear_error(tiny_model_dir):
 
 def test_load_errors_are_engine_errors_the_command_line_reports_in_one_line():
     assert issubclass(ModelLoadError, EngineError)
+
+
+def test_pickled_weights_are_refused_and_never_unpickled(tmp_path, tiny_model_dir):
+    import pickle
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, folder)
+    for weights in folder.glob("*.safetensors"):
+        weights.unlink()
+    marker = tmp_path / "ran"
+
+    class Payload:  # unpickling this would create the marker file
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps(Payload()))
+    with pytest.raises(ModelLoadError, match="only from .safetensors"):
+        load_engine(str(folder))
+    assert not marker.exists()

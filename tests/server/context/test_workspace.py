@@ -90,3 +90,25 @@ def test_a_symlinked_workspace_has_one_key_per_file(tmp_path):
     assert index.definers({"METRES_PER_FOOT"}, "python", exclude={str(units_via_link)}) == []
     assert index.covers(units_via_link) and not index.covers(tmp_path / "link" / "node_modules" / "dep" / "index.py")
     assert not index.covers(tmp_path / "elsewhere.py") and not index.covers(tmp_path / "link" / "pkg" / "notes.txt")
+
+
+def test_links_that_lead_out_of_the_workspace_are_not_indexed(tmp_path):
+    root = make_workspace(tmp_path / "root")
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "secret.py").write_text("SECRET_TOKEN = 'hunter2'\n")
+    (outside / "deep" / "more.py").write_text("OTHER_SECRET = 1\n")
+    (root / "leak.py").symlink_to(outside / "secret.py")
+    (root / "leaks").symlink_to(outside / "deep", target_is_directory=True)
+    index = WorkspaceIndex(root)
+    index.scan()
+    assert len(index) == 3  # the workspace's own files only
+    assert not index.update(root / "leak.py") and not index.update(root / "leaks" / "more.py")
+    assert index.definers({"SECRET_TOKEN"}, "python", exclude=set()) == []
+    assert index.definers({"OTHER_SECRET"}, "python", exclude=set()) == []
+    # a file indexed, then replaced by a link out: its text is not read again
+    inside = root / "pkg" / "units.py"
+    key = index.definers({"METRES_PER_FOOT"}, "python", exclude=set())
+    inside.unlink()
+    inside.symlink_to(outside / "secret.py")
+    assert index.documents_at(key) == []
