@@ -14,6 +14,7 @@ that splits lines where LSP does not. Here:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -311,6 +312,17 @@ class MemoSightProtocol(LanguageServerProtocol):
         except Exception:  # noqa: BLE001 - keep the raw result rather than leave the caller waiting
             message = JsonRPCResponseMessage(id=msg_id, jsonrpc="2.0", result=data["result"])
         self.handle_message(message)
+
+    def _execute_handler(self, msg_id, handler, callback, args=None, kwargs=None):
+        """pygls keeps the future of every handler it runs under its id until a response is sent;
+        a notification (or a builtin's inner step) never sends one, so its future, holding the
+        params (a whole text, for a full-sync didChange), stayed for the rest of the session. Drop
+        those when they finish; a request's future is dropped by pygls when it answers."""
+        super()._execute_handler(msg_id, handler, callback, args, kwargs)
+        answers = isinstance(callback, functools.partial) and callback.func == self._send_handler_result
+        future = None if answers else self._request_futures.get(msg_id)
+        if future is not None:
+            future.add_done_callback(lambda _: self._request_futures.pop(msg_id, None))
 
     def _knows(self, method: str) -> bool:
         return method in self.fm.builtin_features or method in self.fm.features

@@ -205,3 +205,15 @@ async def test_the_framer_reads_frames_split_anywhere():
     assert [(await framer.next_body())[0] for _ in bodies] == bodies
     with pytest.raises(EOFError):
         await framer.next_body()
+
+
+async def test_notifications_leave_nothing_behind_in_the_protocol(tmp_path, raw_client):
+    client = raw_client()
+    uri = await opened(client, tmp_path)
+    for version in range(2, 302):  # pygls kept a future (and its params) per notification
+        client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
+                                                 "contentChanges": [{"text": f"def f():\n    return {version}\n"}]})
+    client.notify("workspace/didChangeConfiguration", {"settings": {"memosight": {"maxNewTokens": 4}}})
+    assert "result" in await client.request(1, "textDocument/inlineCompletion", inline_params(uri=uri))
+    await asyncio.sleep(0.05)
+    assert len(client.server.protocol._request_futures) == 0
