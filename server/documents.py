@@ -175,10 +175,15 @@ class Document:
             if b < a:
                 a, b = b, a
         new = old[:a] + text + old[b:]
-        start_byte = _byte_offset(old, a)
-        edit = TextEdit(a, b, a + len(text), start_byte, start_byte + len(_encode(old[a:b])),
-                        start_byte + len(_encode(text)), _point(old, a), _point(old, b), _point(new, a + len(text)))
         with self._tree_lock:
+            if self._tree is None and len(old) > LARGE_DOCUMENT_CHARS:
+                # no tree to edit: tree-sitter's byte offsets and points would scan a big file per key
+                edit = TextEdit(a, b, a + len(text))
+            else:
+                start_byte = _byte_offset(old, a)
+                edit = TextEdit(a, b, a + len(text), start_byte, start_byte + len(_encode(old[a:b])),
+                                start_byte + len(_encode(text)), _point(old, a), _point(old, b),
+                                _point(new, a + len(text)))
             self.text = new
             self._line_starts = None if start is None else _updated_line_starts(self._line_starts, new, a, b,
                                                                                 len(text))

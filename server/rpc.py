@@ -186,6 +186,7 @@ class MemoSightProtocol(LanguageServerProtocol):
     def __init__(self, server, converter):
         super().__init__(server, converter)
         self.initialized = False  # a valid initialize request was handled
+        self._finished: list = []  # ids of notification futures that are done, to drop (see _execute_handler)
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -316,13 +317,16 @@ class MemoSightProtocol(LanguageServerProtocol):
     def _execute_handler(self, msg_id, handler, callback, args=None, kwargs=None):
         """pygls keeps the future of every handler it runs under its id until a response is sent;
         a notification (or a builtin's inner step) never sends one, so its future, holding the
-        params (a whole text, for a full-sync didChange), stayed for the rest of the session. Drop
-        those when they finish; a request's future is dropped by pygls when it answers."""
+        params (a whole text, for a full-sync didChange), stayed for the rest of the session. Those
+        are dropped once done, here on the next message (pygls iterates the map at shutdown, and a
+        cancelled future calls back at once); a request's future pygls drops when it answers."""
+        while self._finished:
+            self._request_futures.pop(self._finished.pop(), None)
         super()._execute_handler(msg_id, handler, callback, args, kwargs)
         answers = isinstance(callback, functools.partial) and callback.func == self._send_handler_result
         future = None if answers else self._request_futures.get(msg_id)
         if future is not None:
-            future.add_done_callback(lambda _: self._request_futures.pop(msg_id, None))
+            future.add_done_callback(lambda _: self._finished.append(msg_id))
 
     def _knows(self, method: str) -> bool:
         return method in self.fm.builtin_features or method in self.fm.features

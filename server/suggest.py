@@ -323,7 +323,10 @@ class Suggester:
             latency = (time.perf_counter() - started) * 1000
             self.counters.latencies_ms.append(latency)
             return Suggestion(rest, cursor, latency, 0, "typed_through")
-        self._stop_warm_up(doc.uri)  # the request prefills the rest itself, from where it stopped
+        # The request prefills the rest of its own warm-up itself, from where it stopped; the others'
+        # (an edit in a big file a moment ago) must not hold the engine while the user waits here.
+        for uri in list(self._warm_ups):
+            self._stop_warm_up(uri)
         job = self.start_job(doc, cursor)
         gen = job.generation
         loop = asyncio.get_running_loop()
