@@ -107,6 +107,18 @@ def load_tokenizer(model: str | None = None):
                              "folder written by save_pretrained, or a model in the Hugging Face cache") from exc
 
 
+def _load_draft(draft_model: str, tokenizer, target: str, device: torch.device, dtype: torch.dtype):
+    """The draft model as a draft source; it must spell tokens as the target does."""
+    from .drafts.model import DraftModel
+
+    source, local = _resolve(draft_model)
+    model, draft_tokenizer = _load_pretrained(source, local, dtype)
+    if draft_tokenizer.get_vocab() != tokenizer.get_vocab():
+        raise ModelLoadError(f"draft model {draft_model!r} has another tokenizer than {target!r}; a draft model "
+                             "must share the target's vocabulary (train one with `memosight train draft`)")
+    return DraftModel(model.to(device))
+
+
 PICKLED_WEIGHTS = {".bin", ".pt", ".pth", ".ckpt", ".pkl"}
 
 
@@ -141,7 +153,8 @@ def _load_pretrained(source: str, local: bool, dtype: torch.dtype):
     return model, tokenizer
 
 
-def load_engine(model: str | None = None, device: str | None = None, dtype: str | None = None) -> LocalEngine:
+def load_engine(model: str | None = None, device: str | None = None, dtype: str | None = None,
+                draft_model: str | None = None) -> LocalEngine:
     torch_device = pick_device(device)
     torch_dtype = pick_dtype(dtype, torch_device)
     source, local = _resolve(model)
@@ -150,8 +163,10 @@ def load_engine(model: str | None = None, device: str | None = None, dtype: str 
     if torch_device.type == "cpu":
         torch.set_num_threads(cpu_threads(hf_model))
     name = "default" if model is None else model
-    log.info("loaded %s on %s (%s)", name, torch_device, torch_dtype)
-    engine = LocalEngine(hf_model, tokenizer, torch_device, name, source if local else None)
+    drafters = [_load_draft(draft_model, tokenizer, name, torch_device, torch_dtype)] if draft_model else []
+    log.info("loaded %s on %s (%s)%s", name, torch_device, torch_dtype,
+             f", drafted by {draft_model}" if draft_model else "")
+    engine = LocalEngine(hf_model, tokenizer, torch_device, name, source if local else None, drafters)
     if torch_device.type == "cpu" and not os.environ.get("MEMOSIGHT_THREADS"):
         engine.prompt_cache.prefill_threads = PrefillThreads((torch.get_num_threads(), os.cpu_count() or 1))
     return engine

@@ -45,7 +45,8 @@ class LocalEngine:
     # Below this many new tokens a verification pass cannot pay for itself.
     MIN_SPECULATIVE_TOKENS = 3
 
-    def __init__(self, model, tokenizer, device: torch.device, name: str, model_dir: str | None = None):
+    def __init__(self, model, tokenizer, device: torch.device, name: str, model_dir: str | None = None,
+                 drafters: list | None = None):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = device
@@ -61,7 +62,8 @@ class LocalEngine:
         # Sliding-window caches drop old positions: no cropping, so no reuse and no tree verification.
         self.can_speculate = kv.supports_reuse(model)
         self.prompt_cache.reuse = self.can_speculate
-        self.speculator = Speculator(build_drafters(model, Path(model_dir) if model_dir else None))
+        # the sources found for the model, and any given (a draft model the user chose)
+        self.speculator = Speculator(build_drafters(model, Path(model_dir) if model_dir else None) + list(drafters or []))
         self.settings = EngineSettings()
         self.closed = False
         self._lock = threading.Lock()  # one model, one decoding loop at a time

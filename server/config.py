@@ -21,6 +21,7 @@ MAX_CONFIG_BYTES = 1024 * 1024  # a pyproject.toml is a few KiB; a bigger file i
 @dataclass(frozen=True)
 class Settings:
     model: str | None = None  # model folder or Hugging Face id; None = the embedded default model
+    draft_model: str | None = None  # a small model with the same tokenizer that drafts for `model`
     device: str = "auto"  # "auto" (CUDA when available), "cpu", "cuda", "cuda:N"
     dtype: str = "auto"  # "auto" (float32 on CPU, bf16/fp16 on GPU), "float32", "bfloat16", "float16"
     max_new_tokens: int = 64  # upper bound on one completion's length in tokens (single lines: 32 at most)
@@ -102,6 +103,7 @@ def _bool(value: Any) -> bool:
 
 VALIDATORS = {
     "model": _model,
+    "draft_model": _model,
     "device": _device,
     "dtype": _choice("auto", "float32", "bfloat16", "float16"),
     "max_new_tokens": _int_range(1, 1024),

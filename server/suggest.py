@@ -165,7 +165,7 @@ class Suggester:
 
     def ensure_engine(self, settings: Settings) -> Future:
         """Start loading the engine that `settings` name, unless it is loaded or loading already."""
-        key = (settings.model, settings.device, settings.dtype)
+        key = (settings.model, settings.draft_model, settings.device, settings.dtype)
         if self._engine_future is None or key != self._engine_key or self._engine_future.cancelled():
             self._engine_key = key
             self.last_error = None
@@ -181,8 +181,8 @@ class Suggester:
             if not self._fallback:
                 raise
             defaults = Settings()
-            fallback = dataclasses.replace(settings, model=defaults.model, device=defaults.device,
-                                           dtype=defaults.dtype)
+            fallback = dataclasses.replace(settings, model=defaults.model, draft_model=defaults.draft_model,
+                                           device=defaults.device, dtype=defaults.dtype)
             if fallback == settings:
                 raise
             self._messages.append(f"{exc}. Using the default model, device and dtype instead.")
@@ -446,4 +446,4 @@ class Suggester:
 def load_engine_from_settings(settings: Settings) -> Engine:
     from memosight.engine import load_engine
 
-    return load_engine(settings.model, device=settings.device, dtype=settings.dtype)
+    return load_engine(settings.model, device=settings.device, dtype=settings.dtype, draft_model=settings.draft_model)

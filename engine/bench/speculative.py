@@ -27,12 +27,16 @@ import torch
 
 from .. import kv
 from ..drafts import SOURCES
+from ..drafts.model import DraftModel
 from ..local import LocalEngine
 from ..speculate import Speculator
 from .common import cut_points, source_files, table
 
 # transformers' two greedy decoders, our plain loop, each draft source alone, and all of them.
-METHODS = ("hf_greedy", "hf_prompt_lookup", "plain", *(f"spec_{source.name}" for source in SOURCES), "spec_all")
+# spec_draft_model and hf_assisted (transformers' assisted generation with the same draft) run when
+# the engine was loaded with a draft model.
+METHODS = ("hf_greedy", "hf_prompt_lookup", "hf_assisted", "plain", *(f"spec_{source.name}" for source in SOURCES),
+           f"spec_{DraftModel.name}", "spec_all")
 
 
 def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 24, min_new: int = 32,
@@ -40,8 +44,10 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
                     progress: Callable[[int, int], None] = lambda done, total: None) -> dict:
     """Every method on the same prompts; the summary `memosight bench speculative --json` prints."""
     available = {d.name for d in engine.speculator.drafters}
-    methods = tuple(m for m in methods if not m.startswith("spec_") or m == "spec_all"
-                    or m.removeprefix("spec_") in available)
+    draft = engine.speculator.drafter(DraftModel.name)
+    methods = tuple(m for m in methods if (not m.startswith("spec_") or m == "spec_all"
+                                           or m.removeprefix("spec_") in available)
+                    and (m != "hf_assisted" or draft is not None))
     rng = random.Random(seed)
     cases = []
     files = source_files(corpus)
@@ -72,6 +78,10 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
             return kv.transformers_prefill(model, ids[:-1])
         engine.prompt_cache.clear()
         engine.prompt_cache.prefill_hidden(model, ids[:-1])
+        for source in speculators[method].drafters if method in speculators else []:
+            if isinstance(source, DraftModel):  # the draft's cache too, as a keystroke finds it
+                source.cache.clear()
+                source.cache.prefill_hidden(source.model, ids[:-1])
         return {}
 
     results = {m: {"seconds": 0.0, "prefill_seconds": 0.0, "tokens": 0, "match": 0} for m in methods}
@@ -100,6 +110,8 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
                 # Its candidate generator goes wrong on a prefilled cache (the output stops matching
                 # greedy), so it runs from the bare prompt, and its own prefill is taken off below.
                 out = hf(ids, n, prompt_lookup_num_tokens=10)
+            elif method == "hf_assisted":  # the same: from the bare prompt, the prefill taken off
+                out = hf(ids, n, assistant_model=draft.model)
             elif method == "plain":
                 out = engine.generate(ids, n, speculative=False)
             else:
@@ -108,7 +120,7 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
             sync()
             prefill_seconds = decoding - start
             decode_seconds = time.perf_counter() - decoding
-            if method == "hf_prompt_lookup":  # the same prefill happened inside generate
+            if method in ("hf_prompt_lookup", "hf_assisted"):  # the same prefill happened inside generate
                 decode_seconds = max(decode_seconds - prefill_seconds, 1e-9)
             results[method]["seconds"] += decode_seconds
             results[method]["prefill_seconds"] += prefill_seconds

@@ -18,6 +18,8 @@ from .common import CommandError, add_json_argument, print_result, step_progress
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, help="folder of source files (held-out code)")
     parser.add_argument("--model", help="model folder or hub id (default: the embedded model)")
+    parser.add_argument("--draft-model", help="a draft model with the same tokenizer: adds spec_draft_model and "
+                        "hf_assisted (transformers' assisted generation with the same draft)")
     parser.add_argument("--device", default=None, help="auto, cpu, cuda")
     parser.add_argument("--dtype", default="float32", help="float32 (exact) | bfloat16 | float16")
     parser.add_argument("--prompts", type=int, default=24, help="number of cursor positions")
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     unknown = set(methods) - set(METHODS)
     if unknown:
         raise CommandError(f"unknown method(s) {', '.join(sorted(unknown))}: choose from {', '.join(METHODS)}")
-    engine = load_engine(args.model, device=args.device, dtype=args.dtype)
+    engine = load_engine(args.model, device=args.device, dtype=args.dtype, draft_model=args.draft_model)
     try:
         with step_progress("prompts", unit="prompt") as on_step:
             summary = run_speculative(engine, args.corpus, prompts=args.prompts, min_new=args.min_new,

@@ -6,6 +6,7 @@
 /** The `memosight.*` keys the server understands, in camelCase (the server converts to snake_case). */
 export const SERVER_SETTING_KEYS = [
   "model",
+  "draftModel",
   "device",
   "dtype",
   "maxNewTokens",

@@ -23,3 +23,19 @@ def test_bench_speculative_reports_every_method_with_and_without_prefill(own_mod
         assert row["tokens_per_s"] > 0 and row["tokens_per_s_with_prefill"] < row["tokens_per_s"]
     assert rows["spec_all"]["tokens_per_step"] >= 1.0
     assert summary["keystroke_reuse"]["prefilled_tokens"] < summary["keystroke_reuse"]["prompt_tokens"]
+
+
+def test_bench_speculative_with_a_draft_model_adds_it_and_transformers_assisted_generation(
+        tiny_model_dir, code_corpus, tmp_path, capsys):
+    from ...conftest import build_tiny_model
+
+    draft = build_tiny_model(tmp_path / "draft", "llama", seed=1)
+    (code_corpus / "long.py").write_text("\n\n".join(f.read_text() for f in sorted(code_corpus.iterdir())))
+    assert main(["bench", "speculative", "--model", str(tiny_model_dir), "--draft-model", str(draft),
+                 "--corpus", str(code_corpus), "--prompts", "2", "--min-new", "8", "--max-new", "12",
+                 "--prompt-chars", "600", "--methods", "hf_greedy,hf_assisted,spec_draft_model,spec_all",
+                 "--json"]) == 0
+    rows = {row["method"]: row for row in json.loads(capsys.readouterr().out)["methods"]}
+    assert set(rows) == {"hf_greedy", "hf_assisted", "spec_draft_model", "spec_all"}
+    for row in rows.values():
+        assert row["exact_match"] == 1.0, row["method"]

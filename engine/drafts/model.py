@@ -1,0 +1,91 @@
+"""A draft model: a small causal LM with the target's tokenizer guesses the next tokens.
+
+The draft keeps its own KV cache in step with the text: each step it is brought to the current
+context (prompt, accepted tokens, the certain root token), which crops what the target rejected and
+reuses everything before it, across steps and across keystrokes, like the target's cache. From
+there it decodes greedily while it is sure, stopping when its confidence falls under a threshold θ;
+where it is unsure but not hopeless it also offers its second choice as a branch, so the tree the
+target verifies holds both. θ follows the measured acceptance (the seed's dynamic threshold): a
+draft whose guesses keep failing drafts shorter, one whose guesses hold drafts longer.
+
+What is accepted is decided by the target's verification alone, so the output is greedy's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .. import kv
+from ..verify import Candidate
+from .base import DraftSource, DraftState, StepOutcome
+
+
+class DraftModel(DraftSource):
+    name = "draft_model"
+
+    def __init__(self, model, max_len: int = 8, threshold: float = 0.3, branch_below: float = 0.7,
+                 min_threshold: float = 0.05, max_threshold: float = 0.8):
+        self.model = model.eval()
+        self.max_len = max_len
+        self.threshold = self.start_threshold = threshold
+        self.branch_below = branch_below  # a guess less sure than this also offers the runner-up
+        self.min_threshold, self.max_threshold = min_threshold, max_threshold
+        self.cache = kv.PromptCache()
+        self.proposed = 0
+        self.accepted = 0
+
+    @classmethod
+    def for_model(cls, model, model_dir: Path | None) -> DraftModel | None:
+        return None  # a draft model is chosen by the user (load_engine(draft_model=...)), not found beside one
+
+    @torch.inference_mode()
+    def propose(self, state: DraftState) -> list[Candidate]:
+        limit = min(self.max_len, state.max_len)
+        if limit <= 0:
+            return []
+        _, logits = self.cache.prefill_hidden(self.model, state.context)
+        chain: list[int] = []
+        branches: list[Candidate] = []
+        score = 1.0
+        for depth in range(limit):
+            probs = torch.softmax(logits.float(), dim=-1)
+            top = torch.topk(probs, 2)
+            p, token = float(top.values[0]), int(top.indices[0])
+            if p < self.threshold:
+                break
+            if p < self.branch_below and float(top.values[1]) >= self.threshold / 2:
+                branches.append(Candidate(chain + [int(top.indices[1])], self.name, score=score * float(top.values[1])))
+            chain.append(token)
+            score *= p
+            if depth + 1 < limit:
+                _, logits = self.cache.append(self.model, token)
+        out = [Candidate(chain, self.name, score=score)] if chain else []
+        return out + branches
+
+    def observe(self, outcome: StepOutcome) -> None:
+        """Move θ by what happened to this step's chain: kept whole, drafting was too timid; cut
+        short, too bold."""
+        ours = [c for c in outcome.proposals.get(self.name, []) if c.tokens]
+        if not ours or not outcome.verified:
+            return
+        chain = ours[0].tokens
+        kept = 0
+        while kept < min(len(chain), len(outcome.accepted)) and chain[kept] == outcome.accepted[kept]:
+            kept += 1
+        self.proposed += len(chain)
+        self.accepted += kept
+        if kept == len(chain):
+            self.threshold = max(self.min_threshold, self.threshold * 0.9)
+        else:
+            self.threshold = min(self.max_threshold, self.threshold * 1.1)
+
+    def reset(self) -> None:
+        self.cache = kv.PromptCache()
+        self.threshold = self.start_threshold
+        self.proposed = self.accepted = 0
+
+    def stats(self) -> dict:
+        return {"draft_model": {"threshold": round(self.threshold, 3), "proposed": self.proposed,
+                                "accepted": self.accepted}}
