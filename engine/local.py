@@ -24,6 +24,7 @@ from .fim import (
     render,
 )
 from .healing import TokenBytes, back_up, last_word_chars
+from .memory import HeapTrimmer
 from .protocol import (
     Completion,
     CompletionRequest,
@@ -67,6 +68,7 @@ class LocalEngine:
         self.settings = EngineSettings()
         self.closed = False
         self._lock = threading.Lock()  # one model, one decoding loop at a time
+        self.heap = HeapTrimmer()  # freed memory back to the system, off the request path
         self.latencies_ms: deque[float] = deque(maxlen=200)
         self.requests = 0
         self.prefilled_tokens = 0  # computed ahead of requests, by prefill()
@@ -210,6 +212,7 @@ class LocalEngine:
             # Across requests: the next keystroke often types the start of this suggestion.
             self.speculator.finish(ids[-32:] + self.encode(prompt.healed + state.text))
             self.prompt_cache.remember()
+            self.heap.touch()
         latency = (time.perf_counter() - start) * 1000
         if request.cancel.is_set():
             state.stop_reason = "cancelled"
@@ -234,6 +237,7 @@ class LocalEngine:
             if not request.cancel.is_set():
                 self.prefilled_tokens += self.prompt_cache.warm(self.model, prompt.ids, request.cancel,
                                                                 self.PREFILL_CHUNK)
+                self.heap.touch()
 
     def complete(self, prefix: str, suffix: str = "", *, max_new_tokens: int = 64, single_line: bool = False,
                  language: str = "", stop: StopRule | None = None) -> Completion:
@@ -285,6 +289,7 @@ class LocalEngine:
         """Drop the caches and the model's weights; what is left can be garbage-collected."""
         with self._lock:
             self.closed = True
+            self.heap.close()
             self.prompt_cache.forget_all()
             self.speculator.reset()
             self.model = None

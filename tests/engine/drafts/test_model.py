@@ -4,7 +4,6 @@ the output is greedy's whatever the draft guesses, and a draft that agrees is ac
 from __future__ import annotations
 
 import pytest
-
 from memosight.engine import load_engine
 from memosight.engine.drafts.model import DraftModel
 from memosight.engine.loading import ModelLoadError

@@ -58,6 +58,7 @@ test("contributed defaults are the server's defaults", () => {
   const defaults = Object.fromEntries(SERVER_SETTING_KEYS.map((k) => [k, contributed[`memosight.${k}`].default]));
   assert.deepEqual(defaults, {
     model: null,
+    draftModel: null,
     device: "auto",
     dtype: "auto",
     maxNewTokens: 64,
