@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from . import kv
 from .gguf import dequantized_folder, gguf_file
 from .local import LocalEngine
 from .protocol import ModelLoadError
@@ -116,7 +117,12 @@ def _load_draft(draft_model: str, tokenizer, target: str, device: torch.device, 
     if draft_tokenizer.get_vocab() != tokenizer.get_vocab():
         raise ModelLoadError(f"draft model {draft_model!r} has another tokenizer than {target!r}; a draft model "
                              "must share the target's vocabulary (train one with `memosight train draft`)")
-    return DraftModel(model.to(device))
+    if not kv.supports_reuse(model):  # its cache is cropped at every rejection
+        raise ModelLoadError(f"draft model {draft_model!r} uses sliding-window attention, whose cache cannot be "
+                             "cut back to the accepted text; choose a draft with full attention")
+    if model.get_output_embeddings().weight.shape[0] > len(tokenizer):
+        log.info("draft model %s has a padded output layer; ids past the vocabulary are never drafted", draft_model)
+    return DraftModel(model.to(device), vocab_size=len(tokenizer))
 
 
 PICKLED_WEIGHTS = {".bin", ".pt", ".pth", ".ckpt", ".pkl"}

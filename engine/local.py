@@ -292,6 +292,7 @@ class LocalEngine:
             self.heap.close()
             self.prompt_cache.forget_all()
             self.speculator.reset()
+            self.speculator.drafters = []  # a draft model's weights go with them
             self.model = None
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()

@@ -54,13 +54,13 @@ class MemoSightServer(LanguageServer):
         log.warning(message)
         if message in self._reported:
             return
-        if len(self._reported) > 1000:  # distinct messages without end: remember the recent ones only
-            self._reported.clear()
-        self._reported.add(message)
         now = time.monotonic()
         self._popup_times = [t for t in self._popup_times if now - t < 60]
         if len(self._popup_times) >= POPUPS_PER_MINUTE:
-            return
+            return  # not shown, so not remembered as shown: it may come again later and be seen
+        if len(self._reported) > 1000:  # distinct messages without end: remember the recent ones only
+            self._reported.clear()
+        self._reported.add(message)
         self._popup_times.append(now)
         self.window_show_message(types.ShowMessageParams(type=kind, message=message))
 

@@ -88,8 +88,13 @@ class Framer:
             line = await self._line()
             if line is None:
                 raise EOFError
-            match = CONTENT_LENGTH.fullmatch(line)
+            # search, not fullmatch: after a body whose length was announced short, its rest comes
+            # before the next header on the same line; matching only whole lines would then lose
+            # every later message, one header glued to the last body after another
+            match = CONTENT_LENGTH.search(line)
             if match:
+                if match.start():
+                    log.warning("dropped %d bytes before a header (a wrong Content-Length?)", match.start())
                 length = int(match.group(1))
             elif line.strip() == b"" and length is not None:
                 break

@@ -180,6 +180,14 @@ class Suggester:
         except Exception as exc:
             if not self._fallback:
                 raise
+            if settings.draft_model is not None:  # a bad draft costs the draft only
+                try:
+                    engine = self._load_engine(dataclasses.replace(settings, draft_model=None))
+                except Exception:  # noqa: BLE001 - the model itself is at fault too: the defaults below
+                    pass
+                else:
+                    self._messages.append(f"{exc}. Going on without the draft model.")
+                    return engine
             defaults = Settings()
             fallback = dataclasses.replace(settings, model=defaults.model, draft_model=defaults.draft_model,
                                            device=defaults.device, dtype=defaults.dtype)
@@ -284,6 +292,9 @@ class Suggester:
         """Drop what is kept for a document (closed, or a fresh request is wanted)."""
         self._shown.pop(uri, None)
         self._stop_warm_up(uri)
+        job = self._jobs.pop(uri, None)  # a cancelled generation still running holds the text
+        if job is not None:
+            job.generation.cancel.set()
 
     async def suggest(self, doc: Document, cursor: int, settings: Settings,
                       on_partial: Callable[[str], None] | None = None, *, cold: bool = False) -> Answer:

@@ -13,6 +13,7 @@ What is accepted is decided by the target's verification alone, so the output is
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -21,13 +22,16 @@ from .. import kv
 from ..verify import Candidate
 from .base import DraftSource, DraftState, StepOutcome
 
+log = logging.getLogger(__name__)
+
 
 class DraftModel(DraftSource):
     name = "draft_model"
 
     def __init__(self, model, max_len: int = 8, threshold: float = 0.3, branch_below: float = 0.7,
-                 min_threshold: float = 0.05, max_threshold: float = 0.8):
+                 min_threshold: float = 0.05, max_threshold: float = 0.8, vocab_size: int | None = None):
         self.model = model.eval()
+        self.vocab_size = vocab_size  # a padded output layer's extra rows are no tokens of the target
         self.max_len = max_len
         self.threshold = self.start_threshold = threshold
         self.branch_below = branch_below  # a guess less sure than this also offers the runner-up
@@ -40,8 +44,16 @@ class DraftModel(DraftSource):
     def for_model(cls, model, model_dir: Path | None) -> DraftModel | None:
         return None  # a draft model is chosen by the user (load_engine(draft_model=...)), not found beside one
 
-    @torch.inference_mode()
     def propose(self, state: DraftState) -> list[Candidate]:
+        try:
+            return self._propose(state)
+        except Exception:  # noqa: BLE001 - a failed draft (out of memory midway) costs its guesses only
+            log.exception("the draft model failed; its cache starts afresh")
+            self.cache = kv.PromptCache()  # some layers may have grown and others not
+            return []
+
+    @torch.inference_mode()
+    def _propose(self, state: DraftState) -> list[Candidate]:
         limit = min(self.max_len, state.max_len)
         if limit <= 0:
             return []
@@ -50,7 +62,7 @@ class DraftModel(DraftSource):
         branches: list[Candidate] = []
         score = 1.0
         for depth in range(limit):
-            probs = torch.softmax(logits.float(), dim=-1)
+            probs = torch.softmax(logits[..., :self.vocab_size].float(), dim=-1)
             top = torch.topk(probs, 2)
             p, token = float(top.values[0]), int(top.indices[0])
             if p < self.threshold:

@@ -217,3 +217,14 @@ async def test_notifications_leave_nothing_behind_in_the_protocol(tmp_path, raw_
     assert "result" in await client.request(1, "textDocument/inlineCompletion", inline_params(uri=uri))
     assert "result" in await client.request(2, "memosight/status")  # what finished is dropped by then
     assert len(client.server.protocol._request_futures) <= 2
+
+
+@pytest.mark.parametrize("error", [-1, 30])
+async def test_a_wrong_content_length_costs_that_message_and_later_ones_are_read(tmp_path, raw_client, error):
+    client = raw_client()
+    await client.initialize(tmp_path)
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "memosight/status", "params": {"x": "é"}}).encode()
+    client.send_raw(f"Content-Length: {len(body) + error}\r\n\r\n".encode() + body)  # counted in characters, say
+    client.send({"jsonrpc": "2.0", "id": 2, "method": "memosight/status"})  # its header may be eaten too
+    for msg_id in (3, 4, 5):
+        assert "result" in await client.request(msg_id, "memosight/status")

@@ -226,3 +226,31 @@ def test_a_request_whose_document_changed_before_it_ran_is_dropped(scripted_engi
     answer = asyncio.run(scenario())
     assert answer.suggestion is None and answer.seen.text == "x = \n"
     assert engine.requests == []  # never reached the engine
+
+
+def test_closing_a_document_drops_its_running_generation(scripted_engine):
+    async def run():
+        suggester = Suggester(lambda settings: scripted_engine(delay=0.01))
+        doc = Document("file:///a.py", "x = \n", "python")
+        request = asyncio.ensure_future(suggest(suggester, doc, 4, Settings()))
+        await until(lambda: "file:///a.py" in suggester._jobs)
+        request.cancel()  # the editor cancels; the generation is still running
+        suggester.forget(doc.uri)  # and the document is closed
+        assert suggester._jobs == {}  # nothing holds its text any more
+        suggester.shutdown()
+    asyncio.run(run())
+
+
+def test_a_bad_draft_model_costs_the_draft_only(scripted_engine):
+    loaded = []
+
+    def load(settings):
+        if settings.draft_model:
+            raise ValueError("draft model 'tiny' has another tokenizer than 'big'")
+        loaded.append(settings.model)
+        return scripted_engine()
+    suggester = Suggester(load)
+    suggester.ensure_engine(Settings(model="big", draft_model="tiny")).result(timeout=10)
+    assert loaded == ["big"]  # the user's model, not the defaults
+    assert any("without the draft model" in m for m in suggester._messages)
+    suggester.shutdown()

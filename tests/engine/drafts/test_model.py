@@ -65,3 +65,15 @@ def test_the_draft_s_cache_follows_the_text_through_rejections(tiny_model_dir, t
     tokens = engine.generate(ids, 30, speculative=True)  # the draft is mostly wrong: its cache is cropped often
     state = DraftState(ids + tokens, None, len(ids), max_len=6)
     assert draft.propose(state)[0].tokens == draft.fresh().propose(state)[0].tokens  # as if from scratch
+
+
+def test_a_draft_that_fails_costs_its_guesses_only(tiny_model_dir, tmp_path):
+    engine = load_engine(str(tiny_model_dir), draft_model=str(build_tiny_model(tmp_path / "draft", seed=1)))
+    draft = bold(engine)
+
+    def out_of_memory(*args):
+        raise RuntimeError("CUDA out of memory")
+    draft.cache.prefill_hidden = out_of_memory  # fails midway through its forward pass
+    ids = engine.tokenizer.encode(PROMPTS[0])
+    assert engine.generate(ids, 12, speculative=True) == engine.generate(ids, 12, speculative=False)
+    assert draft.cache.prefill_hidden is not out_of_memory  # a fresh cache for the next step
