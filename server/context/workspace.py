@@ -227,7 +227,10 @@ class WorkspaceIndex:
             try:
                 if not self.inside(path_key(path)):  # replaced by a link out of the workspace since
                     continue
-                mtime = path.stat().st_mtime_ns
+                stat = path.stat()
+                if not path.is_file() or stat.st_size > self.max_bytes:  # a pipe would block the engine thread
+                    continue
+                mtime = stat.st_mtime_ns
                 doc = self._documents.get((key, mtime))
                 if doc is None:
                     doc = Document(path.as_uri(), path.read_text(encoding="utf-8"), self._files[key][0])

@@ -112,3 +112,17 @@ def test_links_that_lead_out_of_the_workspace_are_not_indexed(tmp_path):
     inside.unlink()
     inside.symlink_to(outside / "secret.py")
     assert index.documents_at(key) == []
+
+
+def test_an_indexed_file_replaced_by_a_pipe_or_grown_huge_is_not_read(tmp_path):
+    import os
+
+    root = make_workspace(tmp_path / "root")
+    index = WorkspaceIndex(root, max_bytes=10_000)
+    index.scan()
+    units, geometry = root / "pkg" / "units.py", root / "pkg" / "geometry.py"
+    keys = index.definers({"METRES_PER_FOOT", "Shape"}, "python", exclude=set())
+    units.unlink()
+    os.mkfifo(units)  # reading it would wait for a writer forever
+    geometry.write_text("x = 1\n" * 5000)
+    assert index.documents_at(keys) == []
