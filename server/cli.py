@@ -23,6 +23,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("bench", "soak"): ("bench_soak", "long typing through memosight-lsp with engine faults injected"),
     ("train", "model"): ("train_model", "train the base code model (FIM objective)"),
     ("train", "heads"): ("train_heads", "train the draft heads of a model (base frozen)"),
+    ("train", "draft"): ("train_draft", "train a draft model for a target by distillation"),
     ("train", "ngrams"): ("train_ngrams", "count the corpus n-gram table that drafts where the prompt has no match"),
     ("train", "context"): ("train_context", "fine-tune a model on prompts in the context compressor's format"),
 }

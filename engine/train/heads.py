@@ -26,7 +26,7 @@ from ..protocol import EngineError
 from . import Progress, checkpoint
 from .corpus import build_corpus, resolve_sources
 from .data import fim_split, split_into_chunks
-from .optim import Schedule, adamw, lr_at, set_lr
+from .optim import Schedule, adamw, lr_at, optimizer_step
 
 CHECKPOINT_FILE = "heads_state.pt"  # in the run folder
 
@@ -144,10 +144,7 @@ def train_heads(model, heads: DraftHeads, windows: torch.Tensor, cfg: HeadsTrain
         losses = head_losses(heads, lm_head, hidden, greedy, cfg.positions,
                              torch.Generator().manual_seed(cfg.seed + state.step))
         loss = sum(w * l for w, l in zip(weights, losses)) / sum(weights)
-        set_lr(optimizer, lr_at(state.step, schedule))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        optimizer_step(optimizer, loss, lr_at(state.step, schedule))
         state.step += 1
         state.elapsed_s = time.perf_counter() - start
         loss_value = float(loss.detach())
@@ -178,6 +175,16 @@ def load_checkpoint(path: Path, heads: DraftHeads, optimizer) -> HeadsState:
     return HeadsState(**checkpoint.load(path / CHECKPOINT_FILE, "heads", heads, optimizer)["state"])
 
 
+def split_files(corpus_specs: list[str] | None, seed: int, max_files: int) -> tuple[list, list]:
+    """(training files, up to `max_files` in a seeded order; held-out files, at most 60) of a corpus
+    (default: the standard library). What every distilling trainer reads."""
+    corpus = build_corpus(resolve_sources(corpus_specs or ["stdlib"]))
+    train_files = sorted(corpus.train, key=lambda f: f.path)
+    random.Random(seed).shuffle(train_files)
+    train_files = train_files[:max_files]
+    return train_files, sorted(corpus.validation, key=lambda f: f.path)[:60] or train_files[-20:]
+
+
 # ----------------------------------------------------------------------------- a whole run
 def run_heads(model: str | None, out: Path, cfg: HeadsTrainConfig, *, corpus_specs: list[str] | None = None,
               save_to: Path | None = None, device: str | None = None, threads: int = 0, fim_rate: float = 0.5,
@@ -200,11 +207,7 @@ def run_heads(model: str | None, out: Path, cfg: HeadsTrainConfig, *, corpus_spe
     save_to = save_to or (Path(engine.model_dir) if engine.model_dir else None)
     if save_to is None:
         raise EngineError(f"{model} is not a folder on this machine; pass --save-to DIR")
-    corpus = build_corpus(resolve_sources(corpus_specs or ["stdlib"]))
-    rng = random.Random(cfg.seed)
-    train_files = sorted(corpus.train, key=lambda f: f.path)
-    rng.shuffle(train_files)
-    train_files = train_files[:max_files]
+    train_files, val_files = split_files(corpus_specs, cfg.seed, max_files)
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
     # Prompts in the engine's own format: what the heads see at a cursor (plain prefix for non-FIM models).
     fim = {"fim_prompt": engine.prompt_ids, "fim_rate": fim_rate, "seed": cfg.seed} if engine.fim.name != "plain" else {}
@@ -213,7 +216,6 @@ def run_heads(model: str | None, out: Path, cfg: HeadsTrainConfig, *, corpus_spe
         return windows_from_texts(tokenizer, [f.text for f in files], cfg.seq_len, eos, **fim)
 
     windows = windows_of(train_files).to(engine.device)
-    val_files = sorted(corpus.validation, key=lambda f: f.path)[:60] or train_files[-20:]
     val_windows = windows_of(val_files)[:64].to(engine.device)
     if len(windows) == 0:
         raise EngineError("the corpus is too small for one training window; give more code")

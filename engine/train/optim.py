@@ -56,3 +56,11 @@ def adamw(params: Iterable[torch.nn.Parameter], lr: float, *, weight_decay: floa
     # fused=None lets torch pick its multi-tensor kernel on CUDA; the base model's trainer passes False
     # (the single-tensor kernel) as it always has, so its runs stay bit-identical.
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, beta2), fused=fused)
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, lr: float) -> None:
+    """One update at learning rate `lr`: gradients of `loss`, then the step."""
+    set_lr(optimizer, lr)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
