@@ -80,8 +80,7 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
         engine.prompt_cache.prefill_hidden(model, ids[:-1])
         for source in speculators[method].drafters if method in speculators else []:
             if isinstance(source, DraftModel):  # the draft's cache too, as a keystroke finds it
-                source.cache.clear()
-                source.cache.prefill_hidden(source.model, ids[:-1])
+                source.warm(ids[:-1])
         return {}
 
     results = {m: {"seconds": 0.0, "prefill_seconds": 0.0, "tokens": 0, "match": 0} for m in methods}

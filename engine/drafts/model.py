@@ -76,6 +76,12 @@ class DraftModel(DraftSource):
         out = [Candidate(chain, self.name, score=score)] if chain else []
         return out + branches
 
+    @torch.inference_mode()
+    def warm(self, tokens: list[int]) -> None:
+        """Start from `tokens` already in the cache (what a keystroke finds after the last one)."""
+        self.cache.clear()
+        self.cache.prefill_hidden(self.model, tokens)
+
     def observe(self, outcome: StepOutcome) -> None:
         """Move θ by what happened to this step's chain: kept whole, drafting was too timid; cut
         short, too bold."""

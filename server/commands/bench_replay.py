@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .common import CommandError, add_json_argument, print_result, step_progress
+from .lsp_client import suggestion_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -184,12 +185,10 @@ async def replay_function(lsp, uri: str, text: str, start: int, end: int, args, 
         pending = None
         stats.answered += 1
         stats.latencies_ms.append((time.perf_counter() - sent) * 1000)
-        items = (result or {}).get("items", []) if isinstance(result, dict) else (result or [])
-        if not items:
+        suggestion = suggestion_text(result)
+        if not suggestion:
             continue
         stats.with_items += 1
-        suggestion = items[0]["insertText"]
-        suggestion = suggestion if isinstance(suggestion, str) else suggestion.get("value", "")
         match = common_prefix(suggestion, remaining)
         if match >= args.min_accept:
             insert(remaining[:match])
@@ -210,7 +209,7 @@ def count_stale(fut: asyncio.Future, stats, requests_when_cancelled: int) -> Non
     if fut.cancelled() or fut.exception() is not None:
         return
     result = fut.result()
-    if isinstance(result, dict) and result.get("items"):
+    if suggestion_text(result):
         if stats.requests > requests_when_cancelled:
             stats.stale += 1
         else:

@@ -38,6 +38,7 @@ from .bench_replay import (
     position_of,
 )
 from .common import CommandError, add_json_argument, print_result, step_progress
+from .lsp_client import suggestion_text
 
 # What the project file becomes, in turn: settings that change the context and the length, and
 # files a user might save half-written or wrong. None of them changes the model.
@@ -86,8 +87,6 @@ class Checks:
 class Soak:
     keystrokes: int = 0
     requests: int = 0
-    answered: int = 0
-    errors: int = 0  # answered with a JSON-RPC error (a cancelled request's -32800 among them)
     with_items: int = 0
     cancelled_by_client: int = 0
     superseding: int = 0
@@ -169,8 +168,11 @@ async def soak(args) -> dict:
         await warm_up(servers, workspace)
         rss_start = rss_mb(test.proc.pid)
         stats = Soak()
-        rss_after_warm_up = await type_back(servers, workspace, documents, functions, args, rng, stats)
-        answered_all = await settle(stats)
+        await type_back(servers, workspace, documents, functions, args, rng, stats)
+        # after warm-up: the first sample once a quarter of the keystrokes are typed
+        rss_after_warm_up = next((m["rss_mb"] for m in stats.memory if m["keystrokes"] >= args.keystrokes // 4),
+                                 None)
+        answered, errors = await settle(stats)
         rss_end = rss_mb(test.proc.pid)
         status = await test.call("memosight/status", {})
         alive = await completes(test, workspace)
@@ -187,8 +189,8 @@ async def soak(args) -> dict:
         "model": status.get("model"), "device": status.get("device"), "fault_plan": args.faults,
         "duration_s": round(time.perf_counter() - started, 1),
         "keystrokes": stats.keystrokes, "documents_opened": stats.documents_opened,
-        "requests": stats.requests, "answered": stats.answered, "unanswered": stats.requests - answered_all,
-        "answered_with_error": stats.errors, "with_suggestion": stats.with_items,
+        "requests": stats.requests, "answered": answered, "unanswered": stats.requests - answered,
+        "answered_with_error": errors, "with_suggestion": stats.with_items,
         "cancelled_by_client": stats.cancelled_by_client, "superseding_requests": stats.superseding,
         "accepted": stats.accepted, "config_rewrites": stats.config_rewrites,
         "faults": {"raised": faults.get("raised", 0), "slowed": faults.get("slowed", 0),
@@ -231,13 +233,12 @@ def open_next(servers: Pair, folder: Path, functions: list, stats: Soak) -> Doc:
 
 
 async def type_back(servers: Pair, workspace: Path, documents: Path, functions: list, args,
-                    rng: random.Random, stats: Soak) -> float | None:
-    """Type until --keystrokes; returns the server's RSS once a quarter of them are typed."""
+                    rng: random.Random, stats: Soak) -> None:
+    """Type until --keystrokes, sampling the server's memory every tenth of them."""
     test = servers.test
     docs = [open_next(servers, documents, functions, stats) for _ in range(args.documents)]
     current = 0
     faults_seen = 0
-    rss_after_warm_up = None
     next_config = args.config_every
     next_sample = max(1, args.keystrokes // 10)
     with step_progress("keystrokes", unit="key") as on_step:
@@ -258,8 +259,6 @@ async def type_back(servers: Pair, workspace: Path, documents: Path, functions: 
                 tree = ((await test.call("memosight/status", {})).get("cache") or {}).get("prefix_tree") or {}
                 stats.memory.append({"keystrokes": stats.keystrokes, "rss_mb": rss_mb(test.proc.pid),
                                      "kv_blocks_mb": round(tree.get("bytes", 0) / 2**20, 1)})
-                if rss_after_warm_up is None and stats.keystrokes >= args.keystrokes // 4:
-                    rss_after_warm_up = stats.memory[-1]["rss_mb"]
             on_step(min(stats.keystrokes, args.keystrokes), args.keystrokes, {"requests": stats.requests})
             if not doc.remaining:  # the function is typed: close it, open the next
                 cancel_pending(test, doc, stats)
@@ -281,7 +280,6 @@ async def type_back(servers: Pair, workspace: Path, documents: Path, functions: 
                 insert(servers, doc, doc.remaining[:match])
                 stats.accepted += 1
                 await test.call("workspace/executeCommand", {"command": "memosight.accepted", "arguments": [match]})
-    return rss_after_warm_up
 
 
 def insert(servers: Pair, doc: Doc, piece: str) -> None:
@@ -312,25 +310,16 @@ def completion_params(doc: Doc) -> dict:
             "context": {"triggerKind": 2}}
 
 
-def track(fut: asyncio.Future, stats: Soak) -> None:
-    def answered(f: asyncio.Future) -> None:
-        stats.answered += 1
-        if not f.cancelled() and f.exception() is not None:
-            stats.errors += 1
-    stats.futures.append(fut)
-    fut.add_done_callback(answered)
-
-
-async def ask(test, doc: Doc, args, rng: random.Random, stats: Soak) -> dict | None:
+async def ask(test, doc: Doc, args, rng: random.Random, stats: Soak):
     """A completion request at the cursor (sometimes twice at once); its result if it came in time."""
     params = completion_params(doc)
     if rng.random() < args.supersede:  # the first of two: superseded, it must still be answered
         _, first = test.request("textDocument/inlineCompletion", params)
-        track(first, stats)
+        stats.futures.append(first)
         stats.requests += 1
         stats.superseding += 1
     msg_id, fut = test.request("textDocument/inlineCompletion", params)
-    track(fut, stats)
+    stats.futures.append(fut)
     stats.requests += 1
     doc.pending = (msg_id, fut)
     try:
@@ -341,18 +330,9 @@ async def ask(test, doc: Doc, args, rng: random.Random, stats: Soak) -> dict | N
         doc.pending = None
         return None
     doc.pending = None
-    result = result if isinstance(result, dict) else {"items": result or []}
-    if result.get("items"):
+    if suggestion_text(result):
         stats.with_items += 1
     return result
-
-
-def suggestion_text(result: dict | None) -> str:
-    items = (result or {}).get("items") or []
-    if not items:
-        return ""
-    text = items[0].get("insertText", "")
-    return text if isinstance(text, str) else text.get("value", "")
 
 
 async def probe(servers: Pair, doc: Doc, stats: Soak, checks: Checks) -> None:
@@ -388,7 +368,7 @@ async def clean_completion(lsp, params: dict, tries: int = 4) -> str | None:
             continue
         after = ((await lsp.call("memosight/status", {})).get("faults") or {}).get("raised", 0)
         if after == before:
-            return suggestion_text(result if isinstance(result, dict) else {"items": result})
+            return suggestion_text(result)
     return None
 
 
@@ -399,12 +379,13 @@ def rewrite_config(servers: Pair, workspace: Path, stats: Soak) -> None:
     servers.notify("workspace/didChangeWatchedFiles", {"changes": [{"uri": config.as_uri(), "type": 2}]})
 
 
-async def settle(stats: Soak) -> int:
-    """Wait for the answers still out; how many requests were answered in all."""
+async def settle(stats: Soak) -> tuple[int, int]:
+    """Wait for the answers still out; (requests answered, of them with an error)."""
     pending = [f for f in stats.futures if not f.done()]
     if pending:
         await asyncio.wait(pending, timeout=60)
-    return sum(1 for f in stats.futures if f.done())
+    done = [f for f in stats.futures if f.done()]
+    return len(done), sum(1 for f in done if not f.cancelled() and f.exception() is not None)
 
 
 async def completes(lsp, workspace: Path) -> bool:
@@ -417,7 +398,7 @@ async def completes(lsp, workspace: Path) -> bool:
             result = await lsp.call("textDocument/inlineCompletion", {
                 "textDocument": {"uri": uri}, "position": {"line": 5, "character": 4},
                 "context": {"triggerKind": 1}}, timeout=120)
-            if suggestion_text(result if isinstance(result, dict) else {"items": result}):
+            if suggestion_text(result):
                 return True
     return False
 

@@ -105,3 +105,13 @@ class LspProcess:
             await self.proc.wait()
         if self._reader:
             self._reader.cancel()
+
+
+def suggestion_text(result) -> str:
+    """The first inline suggestion's text in a textDocument/inlineCompletion result (a list of
+    items or an object with `items`; a snippet's value); "" for none."""
+    items = (result or {}).get("items") if isinstance(result, dict) else result
+    if not items:
+        return ""
+    text = items[0].get("insertText", "")
+    return text if isinstance(text, str) else text.get("value", "")

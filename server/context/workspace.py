@@ -15,6 +15,7 @@ import re
 import threading
 import time
 from pathlib import Path
+from stat import S_ISREG
 
 from ..caching import LRU
 from ..documents import Document
@@ -100,6 +101,14 @@ class WorkspaceIndex:
         root = str(self.root)
         return key == root or key.startswith(root.rstrip(os.sep) + os.sep)
 
+    def _readable(self, path: Path) -> os.stat_result | None:
+        """The file's stat if it may be read: under the root once links are resolved, a regular file
+        (a pipe would block the reader), within the size limit; else None."""
+        if not self.inside(path_key(path)):
+            return None
+        stat = path.stat()
+        return stat if S_ISREG(stat.st_mode) and stat.st_size <= self.max_bytes else None
+
     # --- building -------------------------------------------------------------------------------
 
     def start(self) -> threading.Thread:
@@ -134,8 +143,7 @@ class WorkspaceIndex:
         language = self.language_of.get(path.suffix)
         family = languages.FAMILY.get(language or "")
         try:
-            if (family is None or not self.inside(path_key(path)) or not path.is_file()
-                    or path.stat().st_size > self.max_bytes):
+            if family is None or self._readable(path) is None:
                 self.remove(path)
                 return False
             text = path.read_text(encoding="utf-8")
@@ -225,10 +233,8 @@ class WorkspaceIndex:
         for key in paths:
             path = Path(key)
             try:
-                if not self.inside(path_key(path)):  # replaced by a link out of the workspace since
-                    continue
-                stat = path.stat()
-                if not path.is_file() or stat.st_size > self.max_bytes:  # a pipe would block the engine thread
+                stat = self._readable(path)  # it may have become a link out, a pipe or huge since
+                if stat is None:
                     continue
                 mtime = stat.st_mtime_ns
                 doc = self._documents.get((key, mtime))
