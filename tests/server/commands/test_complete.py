@@ -27,3 +27,15 @@ def test_context_prints_the_design_keys(capsys, repeater_model_dir):
     assert set(out) >= {"prefix", "suffix", "prompt_tokens", "regions"}
     assert out["prompt_tokens"] <= 128
     assert all(set(r) >= {"path", "start_line", "end_line", "kind", "score"} for r in out["regions"])
+
+
+def test_the_quick_start_command_exits_cleanly():
+    import subprocess
+    import sys
+
+    sample = Path(__file__).parents[2] / "data" / "sample.py"
+    for _ in range(2):  # the engine was once closed on a background thread while Python exited: abort, 134
+        out = subprocess.run([sys.executable, "-m", "memosight.server.cli", "complete", f"{sample}:33:20"],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-500:]
+        assert "--- completion ---" in out.stdout
