@@ -16,6 +16,8 @@ import weakref
 import torch
 import torch.nn.functional as F
 
+from .int8 import Int8Linear
+
 # Architectures whose decoder layer is exactly: RMSNorm, attention (q/k/v/o, RoPE), RMSNorm, SiLU MLP.
 SUPPORTED = {"LlamaForCausalLM", "Qwen2ForCausalLM"}
 
@@ -45,9 +47,21 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def _fuse(*linears) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One weight (and bias) for several projections of the same input; the originals become views
-    of it, so no memory is duplicated and the transformers forward keeps working."""
+class _Projection:
+    """F.linear with a fixed weight, called like a layer."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.weight, self.bias = weight, bias
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+def _fuse(*linears):
+    """One projection for several of the same input; the originals' weights become views of its
+    weights, so no memory is duplicated and the transformers forward keeps working."""
+    if all(isinstance(lin, Int8Linear) for lin in linears):
+        return Int8Linear.fused(list(linears))
     weight = torch.cat([lin.weight.detach() for lin in linears])
     has_bias = [lin.bias is not None for lin in linears]
     bias = torch.cat([lin.bias.detach() for lin in linears]) if all(has_bias) else None
@@ -60,19 +74,19 @@ def _fuse(*linears) -> tuple[torch.Tensor, torch.Tensor | None]:
         if bias is not None:
             lin.bias = torch.nn.Parameter(bias[start:start + rows], requires_grad=False)
         start += rows
-    return weight, bias
+    return _Projection(weight, bias)
 
 
 class _Layer:
     def __init__(self, layer) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
-        self.qkv_weight, self.qkv_bias = _fuse(attn.q_proj, attn.k_proj, attn.v_proj)
+        self.qkv = _fuse(attn.q_proj, attn.k_proj, attn.v_proj)
         self.q_size, self.kv_size = attn.q_proj.weight.shape[0], attn.k_proj.weight.shape[0]
         self.o_proj = attn.o_proj
         self.head_dim, self.scaling = attn.head_dim, attn.scaling
         self.groups = attn.num_key_value_groups
-        self.gate_up_weight, self.gate_up_bias = _fuse(mlp.gate_proj, mlp.up_proj)
+        self.gate_up = _fuse(mlp.gate_proj, mlp.up_proj)
         self.down_proj = mlp.down_proj
 
 
@@ -122,7 +136,7 @@ class LeanDecoder:
                 attention_mask = _causal_mask(t, past, x.dtype, x.device)
         for i, layer in enumerate(self.layers):
             h = _rms_norm(x, layer.input_norm)
-            qkv = F.linear(h, layer.qkv_weight, layer.qkv_bias)
+            qkv = layer.qkv(h)
             q, k, v = qkv.split((layer.q_size, layer.kv_size, layer.kv_size), dim=-1)
             q = q.view(1, t, -1, layer.head_dim).transpose(1, 2)
             k = k.view(1, t, -1, layer.head_dim).transpose(1, 2)
@@ -135,7 +149,7 @@ class LeanDecoder:
                                                  scale=layer.scaling, enable_gqa=layer.groups > 1)
             x = x + layer.o_proj(out.transpose(1, 2).reshape(1, t, -1))
             h = _rms_norm(x, layer.post_norm)
-            gate, up = F.linear(h, layer.gate_up_weight, layer.gate_up_bias).chunk(2, dim=-1)
+            gate, up = layer.gate_up(h).chunk(2, dim=-1)
             x = x + layer.down_proj(F.silu(gate) * up)
         return _rms_norm(x, self.norm)
 

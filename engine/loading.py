@@ -12,6 +12,7 @@ import torch
 
 from . import kv
 from .gguf import dequantized_folder, gguf_file
+from .int8 import quantize_int8
 from .local import LocalEngine
 from .protocol import ModelLoadError
 from .threads import PrefillThreads
@@ -39,13 +40,15 @@ def pick_device(device: str | None) -> torch.device:
 
 
 def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
-    if dtype in (None, "auto"):
+    """The dtype the model is loaded in; for "int8", that of its activations (its linear layers'
+    weights are then quantized: engine/int8.py)."""
+    if dtype in (None, "auto", "int8"):
         # CPU kernels are fastest (and exact) in float32; on a GPU half precision halves the traffic.
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.float32
     if dtype not in DTYPES:
-        raise ModelLoadError(f"unknown dtype {dtype!r}: use one of auto, {', '.join(DTYPES)}")
+        raise ModelLoadError(f"unknown dtype {dtype!r}: use one of auto, int8, {', '.join(DTYPES)}")
     return DTYPES[dtype]
 
 
@@ -108,12 +111,15 @@ def load_tokenizer(model: str | None = None):
                              "folder written by save_pretrained, or a model in the Hugging Face cache") from exc
 
 
-def _load_draft(draft_model: str, tokenizer, target: str, device: torch.device, dtype: torch.dtype):
+def _load_draft(draft_model: str, tokenizer, target: str, device: torch.device, dtype: torch.dtype,
+                int8: bool = False):
     """The draft model as a draft source; it must spell tokens as the target does."""
     from .drafts.model import DraftModel
 
     source, local = _resolve(draft_model)
     model, draft_tokenizer = _load_pretrained(source, local, dtype)
+    if int8:
+        quantize_int8(model.to(device))
     if draft_tokenizer.get_vocab() != tokenizer.get_vocab():
         raise ModelLoadError(f"draft model {draft_model!r} has another tokenizer than {target!r}; a draft model "
                              "must share the target's vocabulary (train one with `memosight train draft`)")
@@ -166,11 +172,14 @@ def load_engine(model: str | None = None, device: str | None = None, dtype: str 
     source, local = _resolve(model)
     hf_model, tokenizer = _load_pretrained(source, local, torch_dtype)
     hf_model.to(torch_device)
+    if dtype == "int8":
+        quantize_int8(hf_model)
     if torch_device.type == "cpu":
         torch.set_num_threads(cpu_threads(hf_model))
     name = "default" if model is None else model
-    drafters = [_load_draft(draft_model, tokenizer, name, torch_device, torch_dtype)] if draft_model else []
-    log.info("loaded %s on %s (%s)%s", name, torch_device, torch_dtype,
+    drafters = [_load_draft(draft_model, tokenizer, name, torch_device, torch_dtype, dtype == "int8")] \
+        if draft_model else []
+    log.info("loaded %s on %s (%s%s)%s", name, torch_device, torch_dtype, ", int8 weights" if dtype == "int8" else "",
              f", drafted by {draft_model}" if draft_model else "")
     engine = LocalEngine(hf_model, tokenizer, torch_device, name, source if local else None, drafters)
     if torch_device.type == "cpu" and not os.environ.get("MEMOSIGHT_THREADS"):

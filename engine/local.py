@@ -24,6 +24,7 @@ from .fim import (
     render,
 )
 from .healing import TokenBytes, back_up, last_word_chars
+from .int8 import is_int8
 from .memory import HeapTrimmer
 from .protocol import (
     Completion,
@@ -270,7 +271,7 @@ class LocalEngine:
         return {
             "model": self.name,
             "device": str(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."),
+            "dtype": "int8" if is_int8(self.model) else str(self.dtype).removeprefix("torch."),
             "fim_template": self.fim.name,
             "fim_order": self.fim_order,
             "parameters": sum(p.numel() for p in self.model.parameters()),

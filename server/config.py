@@ -23,7 +23,7 @@ class Settings:
     model: str | None = None  # model folder or Hugging Face id; None = the embedded default model
     draft_model: str | None = None  # a small model with the same tokenizer that drafts for `model`
     device: str = "auto"  # "auto" (CUDA when available), "cpu", "cuda", "cuda:N"
-    dtype: str = "auto"  # "auto" (float32 on CPU, bf16/fp16 on GPU), "float32", "bfloat16", "float16"
+    dtype: str = "auto"  # "auto" (float32 on CPU, bf16/fp16 on GPU), "int8" (8-bit weights), "float32", "bfloat16", "float16"
     max_new_tokens: int = 64  # upper bound on one completion's length in tokens (single lines: 32 at most)
     multiline: str = "auto"  # "auto" | "always" | "never"
     context_budget: int = 1024  # prompt tokens (prefix + suffix) given to the model
@@ -105,7 +105,7 @@ VALIDATORS = {
     "model": _model,
     "draft_model": _model,
     "device": _device,
-    "dtype": _choice("auto", "float32", "bfloat16", "float16"),
+    "dtype": _choice("auto", "int8", "float32", "bfloat16", "float16"),
     "max_new_tokens": _int_range(1, 1024),
     "multiline": _choice("auto", "always", "never"),
     "context_budget": _int_range(64, 32768),

@@ -82,6 +82,7 @@ class HeadDrafter(DraftSource):
                  beams: int = 6, confident: float = 0.8, min_prob: float = 0.3):
         self.heads = heads
         self.lm_head = lm_head
+        self.dtype = lm_head.weight.dtype  # read once: an int8 output layer dequantizes to answer
         self.top_k = top_k
         self.beams = beams
         # A drafted node costs a row of the verification pass whether or not it is accepted: guesses
@@ -104,7 +105,7 @@ class HeadDrafter(DraftSource):
     @torch.inference_mode()
     def guesses(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-k probabilities and tokens per head: (K, k) each, k = max(top_k)."""
-        logits = self.lm_head(self.heads(hidden.to(self.lm_head.weight.dtype)))  # (K, V)
+        logits = self.lm_head(self.heads(hidden.to(self.dtype)))  # (K, V)
         probs = torch.softmax(logits.float(), dim=-1)
         return torch.topk(probs, max(self.top_k), dim=-1)
 

@@ -41,6 +41,7 @@ class DraftTrainConfig:
     lr: float = 1e-3
     warmup: int = 30
     top_k: int = 16  # target logits kept per position
+    max_windows: int = 0  # 0: every training window; else the first N (the target runs once per token of them)
     seed: int = 1337
     checkpoint_every: int = 100
 
@@ -79,7 +80,8 @@ def draft_config(target_config, layers: int = 0, hidden: int = 0):
 
 
 @torch.no_grad()
-def teacher_topk(model, windows: torch.Tensor, k: int, batch: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+def teacher_topk(model, windows: torch.Tensor, k: int, batch: int = 8,
+                 progress: Progress | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The target's top-k logits (N, T, k) in float16 and their token ids (N, T, k)."""
     values, indices = [], []
     for i in range(0, len(windows), batch):
@@ -87,7 +89,24 @@ def teacher_topk(model, windows: torch.Tensor, k: int, batch: int = 8) -> tuple[
         top = logits.float().topk(k, dim=-1)
         values.append(top.values.half().cpu())
         indices.append(top.indices.int().cpu())
+        if progress:
+            progress(min(i + batch, len(windows)), len(windows), {"stage": "target top-k"})
     return torch.cat(values), torch.cat(indices)
+
+
+@torch.no_grad()
+def init_embeddings_from_target(draft, target) -> None:
+    """Start the draft's token embeddings (and output layer) as the target's, projected onto their
+    top principal directions: a narrower draft then begins knowing which tokens are alike, and
+    with tied embeddings its logits start as the target's on the projected hidden state."""
+    source = target.get_input_embeddings().weight.float()
+    width = draft.get_input_embeddings().weight.shape[1]
+    _, _, v = torch.linalg.svd(source[:min(len(source), 16384)], full_matrices=False)  # a sample is enough
+    basis = v[:width].T  # (target width, draft width)
+    draft.get_input_embeddings().weight.copy_(source @ basis)
+    out_d, out_t = draft.get_output_embeddings(), target.get_output_embeddings()
+    if out_d is not None and out_t is not None and out_d.weight is not draft.get_input_embeddings().weight:
+        out_d.weight.copy_(out_t.weight.float()[:len(out_d.weight)] @ basis)
 
 
 def distillation_loss(logits: torch.Tensor, values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
@@ -124,23 +143,27 @@ def run_draft(target: str | None, out: Path, cfg: DraftTrainConfig, *, corpus_sp
     train_files, val_files = split_files(corpus_specs, cfg.seed, max_files)
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
     windows = windows_from_texts(tokenizer, [f.text for f in train_files], cfg.seq_len, eos)
+    windows = windows[:cfg.max_windows] if cfg.max_windows else windows
     val_windows = windows_from_texts(tokenizer, [f.text for f in val_files], cfg.seq_len, eos)[:64]
     if len(windows) == 0:
         raise EngineError("the corpus is too small for one training window; give more code")
     out.mkdir(parents=True, exist_ok=True)
 
-    if (out / TEACHER_FILE).exists() and resume:
-        stored = torch.load(out / TEACHER_FILE, weights_only=True)  # tensors only: our own file
+    stored = torch.load(out / TEACHER_FILE, weights_only=True) if (out / TEACHER_FILE).exists() else None
+    if stored is not None and tuple(stored["indices"].shape) == (len(windows), cfg.seq_len, cfg.top_k):
+        log(f"reusing the target's top-{cfg.top_k} stored in {out / TEACHER_FILE}")  # same corpus, same split
         values, indices = stored["values"], stored["indices"]
     else:
         log(f"computing the target's top-{cfg.top_k} on {len(windows)} windows of {cfg.seq_len} tokens")
-        values, indices = teacher_topk(teacher, windows.to(engine.device), cfg.top_k)
+        values, indices = teacher_topk(teacher, windows.to(engine.device), cfg.top_k, progress=progress)
         torch.save({"values": values, "indices": indices}, out / TEACHER_FILE)
     _, val_indices = teacher_topk(teacher, val_windows.to(engine.device), 1) if len(val_windows) else (None, None)
 
     torch.manual_seed(cfg.seed)
     config = draft_config(teacher.config, cfg.layers, cfg.hidden)
     draft = AutoModelForCausalLM.from_config(config).to(engine.device)
+    if not resume:
+        init_embeddings_from_target(draft, teacher)
     optimizer = adamw(draft.parameters(), cfg.lr, weight_decay=0.0)
     state = DraftState(**checkpoint.load(out / CHECKPOINT_FILE, "model", draft, optimizer)["state"]) if resume \
         else DraftState()

@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-model", help="a draft model with the same tokenizer: adds spec_draft_model and "
                         "hf_assisted (transformers' assisted generation with the same draft)")
     parser.add_argument("--device", default=None, help="auto, cpu, cuda")
-    parser.add_argument("--dtype", default="float32", help="float32 (exact) | bfloat16 | float16")
+    parser.add_argument("--dtype", default="float32", help="float32 (exact) | int8 | bfloat16 | float16")
     parser.add_argument("--prompts", type=int, default=24, help="number of cursor positions")
     parser.add_argument("--min-new", type=int, default=32)
     parser.add_argument("--max-new", type=int, default=128)

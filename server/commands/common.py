@@ -46,7 +46,9 @@ def step_progress(desc: str, unit: str = "step") -> Iterator[Callable[[int, int,
 
     def on_step(step: int, total: int, figures: dict) -> None:
         nonlocal bar
-        if bar is None:
+        if bar is None or bar.disable or bar.total != total:  # a run's next stage gets its own bar
+            if bar is not None:
+                bar.close()
             bar = tqdm(total=total, initial=step - 1, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True,
                        mininterval=2.0)
         bar.set_postfix(figures, refresh=False)

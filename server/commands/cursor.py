@@ -63,5 +63,5 @@ def settings_for(path: Path, overrides: dict) -> Settings:
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model folder or Hugging Face id (default: the embedded model)")
     parser.add_argument("--device", help="auto, cpu, cuda (default: auto)")
-    parser.add_argument("--dtype", help="auto, float32, bfloat16, float16 (default: auto)")
+    parser.add_argument("--dtype", help="auto, int8, float32, bfloat16, float16 (default: auto)")
 

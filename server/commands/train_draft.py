@@ -36,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--max-files", type=int, default=2000, help="cap on corpus files read")
+    parser.add_argument("--max-windows", type=int, default=0,
+                        help="cap on training windows (the target runs once over each; default: all)")
     parser.add_argument("--checkpoint-every", type=int, default=100)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = every core)")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/draft_state.pt")
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from memosight.engine.train.draft import DraftTrainConfig, run_draft
 
     cfg = DraftTrainConfig(layers=args.layers, hidden=args.hidden, seq_len=args.seq_len, batch=args.batch,
-                           steps=args.steps, lr=args.lr, top_k=args.top_k, seed=args.seed,
+                           steps=args.steps, lr=args.lr, top_k=args.top_k, seed=args.seed, max_windows=args.max_windows,
                            checkpoint_every=args.checkpoint_every)
     with step_progress("draft") as on_step:
         report = run_draft(args.target, Path(args.out), cfg, corpus_specs=args.corpus, device=args.device,

@@ -1,9 +1,8 @@
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
-
 from memosight.engine import kv, lean
 from memosight.engine.verify import Candidate, build_tree, tree_attention_mask
+from transformers import AutoModelForCausalLM
 
 
 def _hidden_states(model, ids: list[int], use_lean: bool) -> list[torch.Tensor]:
@@ -44,9 +43,21 @@ def test_fused_projections_are_views_and_transformers_still_agrees(tiny_models):
         decoder = lean.decoder_for(model)
         after = model(input_ids=ids).logits
     attn = model.model.layers[0].self_attn
-    assert attn.q_proj.weight.data_ptr() == decoder.layers[0].qkv_weight.data_ptr()
-    assert attn.k_proj.bias.data_ptr() > decoder.layers[0].qkv_bias.data_ptr()
+    assert attn.q_proj.weight.data_ptr() == decoder.layers[0].qkv.weight.data_ptr()
+    assert attn.k_proj.bias.data_ptr() > decoder.layers[0].qkv.bias.data_ptr()
     assert torch.equal(before, after)
+
+
+def test_int8_projections_fuse_into_views_and_the_lean_forward_still_matches(tiny_models):
+    from memosight.engine.int8 import quantize_int8
+
+    model = quantize_int8(AutoModelForCausalLM.from_pretrained(tiny_models["qwen2"]).eval())
+    ids = [(7 * i + 3) % (model.config.vocab_size - 10) + 5 for i in range(50)]
+    reference = _hidden_states(model, ids, use_lean=False)
+    decoder = lean.decoder_for(model)
+    assert model.model.layers[0].self_attn.q_proj.qweight.data_ptr() == decoder.layers[0].qkv.qweight.data_ptr()
+    for ours, theirs in zip(_hidden_states(model, ids, use_lean=True), reference):
+        assert torch.equal(ours, theirs)  # integer sums: fused or not, the same numbers
 
 
 def test_unsupported_architectures_keep_the_transformers_forward(tiny_models):
