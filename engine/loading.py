@@ -20,6 +20,8 @@ from .threads import PrefillThreads
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
+# Models that ship inside the package, by the name a config uses for them.
+PACKAGED_MODELS = {"smollm2-135m-draft": Path(__file__).parent / "models" / "smollm2-135m-draft"}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -71,6 +73,11 @@ def _resolve(model: str | None) -> tuple[str, bool]:
                 f"the embedded default model is missing from {DEFAULT_MODEL_DIR}; reinstall memosight, "
                 "or set model = \"/path/to/a/model/folder\" in .memosight.toml")
         return str(DEFAULT_MODEL_DIR), True
+    if model in PACKAGED_MODELS:
+        if not (PACKAGED_MODELS[model] / "config.json").is_file():
+            raise ModelLoadError(f"the packaged model {model!r} is missing from {PACKAGED_MODELS[model]}; "
+                                 "reinstall memosight")
+        return str(PACKAGED_MODELS[model]), True
     gguf = gguf_file(model)
     if gguf is not None:
         return str(dequantized_folder(gguf)), True

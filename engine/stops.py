@@ -132,32 +132,57 @@ def stream_text(tokens: Iterable[int], decode: Callable[[list[int]], str], stop:
 
     `decode(ids)` maps token ids to text. Pieces never include text that a stop rule later cuts.
     """
-    generated: list[int] = []
-    for token in tokens:
-        state.tokens += 1
-        if token in end_ids:
-            state.stop_reason = "eos"
-            break
-        generated.append(token)
-        raw = decode(generated)
+    def texts() -> Iterator[str]:
+        generated: list[int] = []
+        for token in tokens:
+            state.tokens += 1
+            if token in end_ids:
+                state.stop_reason = "eos"
+                return
+            generated.append(token)
+            yield decode(generated)
+
+    yield from _stream(texts(), stop, state)
+
+
+def stream_pieces(pieces: Iterable[str], stop: StopRule, state: StreamState) -> Iterator[str]:
+    """The same for text that arrives in pieces (a remote server's stream): the stop rules apply
+    to the whole text so far, and closing the iterator closes `pieces` (the connection)."""
+    def texts() -> Iterator[str]:
+        text = ""
+        for piece in pieces:
+            state.tokens += 1
+            text += piece
+            yield text
+
+    yield from _stream(texts(), stop, state)
+
+
+def _stream(texts: Iterator[str], stop: StopRule, state: StreamState) -> Iterator[str]:
+    """Stream `texts` (the raw completion, growing) as pieces a stop rule never takes back."""
+    raw = ""
+    stopped = False
+    for raw in texts:
         if raw.endswith("\ufffd"):  # half of a multi-byte character: wait for the rest
             continue
         cut = apply_stop_rule(raw, stop)
         state.text = cut.text
         if cut.reason is not None:
             state.stop_reason = cut.reason
+            stopped = True
             break
         if over_budget(cut.text, stop, state.started):
             state.text = complete_lines(cut.text)
             state.stop_reason = "time_budget"
+            stopped = True
             break
         safe = len(cut.text) - held_back(cut.text, stop)
         if safe > state.emitted:
             yield cut.text[state.emitted:safe]
             state.emitted = safe
-    else:
-        if generated:
-            state.text = apply_stop_rule(decode(generated).rstrip("\ufffd"), stop).text
+    texts.close()  # a stop rule fired: the source stops too (a remote stream closes its connection)
+    if not stopped and raw:
+        state.text = apply_stop_rule(raw.rstrip("\ufffd"), stop).text
     if len(state.text) > state.emitted:
         yield state.text[state.emitted:]
         state.emitted = len(state.text)

@@ -19,6 +19,25 @@ MAX_CONFIG_BYTES = 1024 * 1024  # a pyproject.toml is a few KiB; a bigger file i
 
 
 @dataclass(frozen=True)
+class Backend:
+    """Where the model runs: in this process ("local"), or on a serving engine over HTTP."""
+
+    kind: str = "local"  # local | openai | llamacpp
+    url: str = ""  # base URL: http://gpu-box:8000/v1 (openai), http://gpu-box:8080 (llamacpp)
+    model: str = ""  # the server's model name, where it needs one
+    tokenizer: str = ""  # local tokenizer (folder, hub id in the cache, .gguf): budgets and FIM tokens
+    api_key_env: str = ""  # the NAME of an environment variable that holds the key; never the key
+    timeout_ms: int = 4000  # the whole request
+    first_token_timeout_ms: int = 2000
+    ca_bundle: str = ""  # extra CA file for a server with its own certificate authority
+    fallback: str = "local"  # local | none: what answers while the server cannot be reached
+
+    @property
+    def remote(self) -> bool:
+        return self.kind != "local"
+
+
+@dataclass(frozen=True)
 class Settings:
     model: str | None = None  # model folder or Hugging Face id; None = the embedded default model
     draft_model: str | None = None  # a small model with the same tokenizer that drafts for `model`
@@ -35,6 +54,8 @@ class Settings:
     kv_cache_mb: int = 256  # memory bound of the cross-request KV prefix cache
     latency_budget_ms: int = 100  # multi-line completions end at the last complete line after this (0 = off)
     log_level: str = "info"  # "debug" | "info" | "warning" | "error"
+    backend: Backend = Backend()  # a remote serving engine; from a project file only when trusted
+    trusted_workspace: bool = False  # said by the editor only (VS Code workspace trust, Neovim :trust)
 
 
 @dataclass(frozen=True)
@@ -101,6 +122,44 @@ def _bool(value: Any) -> bool:
     return value
 
 
+def _backend(value: Any) -> Backend:
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a table (kind, url, model, ...), got {value!r}")
+    checks = {"kind": _choice("local", "openai", "llamacpp"), "url": _text, "model": _text, "tokenizer": _text,
+              "api_key_env": _env_name, "timeout_ms": _int_range(100, 600_000),
+              "first_token_timeout_ms": _int_range(100, 600_000), "ca_bundle": _text,
+              "fallback": _choice("local", "none")}
+    out = {}
+    for key, item in value.items():
+        name = _normalise_key(str(key))
+        if name in ("api_key", "key", "token"):
+            raise ValueError(f"`{key}` would put a secret in a settings file: put the key in an environment "
+                             "variable and name the variable in backend.api_key_env")
+        if name not in checks:
+            raise ValueError(f"unknown key backend.{key} (known: {', '.join(checks)})")
+        try:
+            out[name] = checks[name](item)
+        except ValueError as exc:
+            raise ValueError(f"backend.{key} {exc}") from None
+    backend = Backend(**out)
+    if backend.remote and not backend.url.startswith(("http://", "https://")):
+        raise ValueError(f"backend.url must be an http:// or https:// URL for kind {backend.kind!r}, "
+                         f"got {backend.url!r}")
+    return backend
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or len(value) > 2000:
+        raise ValueError(f"must be a string, got {value!r}")
+    return value
+
+
+def _env_name(value: Any) -> str:
+    if not isinstance(value, str) or (value and not value.replace("_", "a").isalnum()):
+        raise ValueError("must be the NAME of an environment variable (letters, digits, _), not the key itself")
+    return value
+
+
 VALIDATORS = {
     "model": _model,
     "draft_model": _model,
@@ -117,6 +176,8 @@ VALIDATORS = {
     "kv_cache_mb": _int_range(0, 65536),
     "latency_budget_ms": _int_range(0, 60000),
     "log_level": _choice("debug", "info", "warning", "error"),
+    "backend": _backend,
+    "trusted_workspace": _bool,
 }
 assert set(VALIDATORS) == {f.name for f in dataclasses.fields(Settings)}
 
@@ -216,6 +277,41 @@ class ConfigSources:
         """Whether any layer gives `key` a value (rather than leaving the default)."""
         return any(key in layer for layer in (self.file_values, self.init_values, self.client_values))
 
+    def trusted(self) -> bool:
+        """Whether the user trusts this workspace: the editor says so (never the project's own
+        file), or the workspace is in the user's allow-list file."""
+        said = {**self.init_values, **self.client_values}.get("trusted_workspace", False)
+        return bool(said) or (self.root is not None and self.root.resolve() in allowed_workspaces())
+
+    def untrusted_file_keys(self) -> list[str]:
+        """Project-file keys ignored because the workspace is not trusted: those that would send
+        code off the machine, and the file's own claim to be trusted."""
+        ignored = ["trusted_workspace"] if "trusted_workspace" in self.file_values else []
+        backend = self.file_values.get("backend")
+        if backend is not None and backend.remote and not self.trusted():
+            ignored.append("backend")
+        return ignored
+
+    def trust_notices(self) -> list[str]:
+        ignored = self.untrusted_file_keys()
+        return [f"MemoSight: ignored `{', '.join(ignored)}` in the project's config file: a project file can send "
+                "your code to a server only in a workspace you trust (VS Code: trust the workspace; Neovim: "
+                f"`:trust` it; or add its folder to {ALLOW_LIST_FILE}). Nothing is sent anywhere."] if ignored else []
+
     def settings(self) -> Settings:
-        merged = {**self.file_values, **self.init_values, **self.client_values}
+        file_values = {k: v for k, v in self.file_values.items() if k not in self.untrusted_file_keys()}
+        merged = {**file_values, **self.init_values, **self.client_values}
         return Settings(**merged)
+
+
+ALLOW_LIST_FILE = "~/.config/memosight/trusted-workspaces"  # one folder per line
+
+
+def allowed_workspaces() -> set[Path]:
+    """The folders in the user's allow-list file (a user-level file: no repository can add to it)."""
+    path = Path(ALLOW_LIST_FILE).expanduser()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    except (OSError, ValueError):
+        return set()
+    return {Path(line.strip()).expanduser().resolve() for line in lines if line.strip() and not line.startswith("#")}

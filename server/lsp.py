@@ -108,6 +108,8 @@ class MemoSightServer(LanguageServer):
 
     def apply_settings(self) -> None:
         settings = self.settings
+        for notice in self.config.trust_notices():
+            self.report(notice)
         # a removed log_level setting goes back to --log-level of the command line
         level = settings.log_level.upper() if self.config.sets("log_level") else self.log_level
         logging.getLogger("memosight").setLevel(level)

@@ -143,7 +143,8 @@ class Suggester:
     def __init__(self, load_engine: Callable[[Settings], Engine] | None = None, *,
                  open_documents: Callable[[], list[Document]] = list,
                  workspace: Callable[[], WorkspaceIndex | None] = lambda: None, fallback: bool = True):
-        self._load_engine = load_engine or load_engine_from_settings
+        self._load_engine = load_engine or (lambda settings: load_engine_from_settings(
+            settings, str(getattr(self._workspace(), "root", "") or "")))
         self._fallback = fallback  # the server falls back to the defaults; a command-line run says no
         # the other open documents, whose definitions may enter the context
         self._open_documents = open_documents
@@ -156,6 +157,7 @@ class Suggester:
         self._warm_ups: dict[str, threading.Event] = {}  # uri -> the cancel event of its pending warm-up
         self._shown: dict[str, Shown] = {}
         self._messages: deque[str] = deque()  # for the user, filled on the engine thread
+        self._shown_failures: dict[str, float] = {}  # failure kind -> when it was last shown
         self._stopped = False
         self.counters = Counters()
         self.last_error: str | None = None
@@ -165,7 +167,7 @@ class Suggester:
 
     def ensure_engine(self, settings: Settings) -> Future:
         """Start loading the engine that `settings` name, unless it is loaded or loading already."""
-        key = (settings.model, settings.draft_model, settings.device, settings.dtype)
+        key = (settings.model, settings.draft_model, settings.device, settings.dtype, settings.backend)
         if self._engine_future is None or key != self._engine_key or self._engine_future.cancelled():
             self._engine_key = key
             self.last_error = None
@@ -311,12 +313,22 @@ class Suggester:
             log.exception("completion failed")
             self.counters.errors += 1
             self.last_error = str(exc)
-            self._messages.append(str(exc))
+            if self._first_this_hour(getattr(exc, "kind", None) or str(exc)):
+                self._messages.append(str(exc))
             suggestion = None
         messages = []
         while self._messages:
             messages.append(self._messages.popleft())
         return Answer(suggestion, ticket.seen, messages)
+
+    def _first_this_hour(self, kind: str) -> bool:
+        """Whether a failure of this kind (a remote engine's: unreachable, auth, ...) has not been
+        shown in the last hour: a server that is down is one message, not one per keystroke."""
+        now = time.monotonic()
+        if now - self._shown_failures.get(kind, -3600.0) < 3600.0:
+            return False
+        self._shown_failures[kind] = now
+        return True
 
     async def _suggest(self, ticket: Ticket, settings: Settings, on_partial, cold: bool) -> Suggestion | None:
         doc, cursor = ticket.doc, ticket.cursor
@@ -454,7 +466,21 @@ class Suggester:
             threading.Thread(target=engine.close, name="memosight-engine-close", daemon=True).start()
 
 
-def load_engine_from_settings(settings: Settings) -> Engine:
+def load_engine_from_settings(settings: Settings, workspace: str = "") -> Engine:
     from memosight.engine import load_engine
 
-    return load_engine(settings.model, device=settings.device, dtype=settings.dtype, draft_model=settings.draft_model)
+    def local() -> Engine:
+        return load_engine(settings.model, device=settings.device, dtype=settings.dtype,
+                           draft_model=settings.draft_model)
+
+    if not settings.backend.remote:
+        return local()
+    import getpass
+
+    from memosight.engine.remote import RemoteSettings, open_remote_engine, session_id
+
+    b = settings.backend
+    remote = RemoteSettings(kind=b.kind, url=b.url, model=b.model, tokenizer=b.tokenizer, api_key_env=b.api_key_env,
+                            timeout_ms=b.timeout_ms, first_token_timeout_ms=b.first_token_timeout_ms,
+                            ca_bundle=b.ca_bundle, session_id=session_id(getpass.getuser(), workspace))
+    return open_remote_engine(remote, fallback=local if b.fallback == "local" else None)

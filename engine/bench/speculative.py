@@ -35,8 +35,15 @@ from .common import cut_points, source_files, table
 # transformers' two greedy decoders, our plain loop, each draft source alone, and all of them.
 # spec_draft_model and hf_assisted (transformers' assisted generation with the same draft) run when
 # the engine was loaded with a draft model.
+# spec_draft_ngram: the draft model with the n-gram drafts, the pair the issue of draft models asks for.
+COMBOS = {"spec_draft_ngram": (DraftModel.name, "ngram")}
 METHODS = ("hf_greedy", "hf_prompt_lookup", "hf_assisted", "plain", *(f"spec_{source.name}" for source in SOURCES),
-           f"spec_{DraftModel.name}", "spec_all")
+           f"spec_{DraftModel.name}", *COMBOS, "spec_all")
+
+
+def _names(method: str) -> tuple[str, ...]:
+    """The draft sources a spec_ method uses ("*": all)."""
+    return ("*",) if method == "spec_all" else COMBOS.get(method, (method.removeprefix("spec_"),))
 
 
 def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 24, min_new: int = 32,
@@ -46,7 +53,7 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
     available = {d.name for d in engine.speculator.drafters}
     draft = engine.speculator.drafter(DraftModel.name)
     methods = tuple(m for m in methods if (not m.startswith("spec_") or m == "spec_all"
-                                           or m.removeprefix("spec_") in available)
+                                           or set(_names(m)) <= available)
                     and (m != "hf_assisted" or draft is not None))
     rng = random.Random(seed)
     cases = []
@@ -88,8 +95,7 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
     # controller learns about the sources (which pay, which cost more time than they save) carries
     # over. Each has sources of its own, so that no method's figures or learning leak into another's.
     def sources(method: str) -> list:
-        return [d.fresh() for d in engine.speculator.drafters
-                if method == "spec_all" or d.name == method.removeprefix("spec_")]
+        return [d.fresh() for d in engine.speculator.drafters if "*" in _names(method) or d.name in _names(method)]
 
     speculators = {m: Speculator(sources(m)) for m in methods if m.startswith("spec_")}
     reference: list[list[int]] = []
@@ -150,7 +156,7 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
     reuse = _keystroke_reuse(engine, longest, 1500)
     peak_mb = (torch.cuda.max_memory_allocated() / 2**20 if engine.device.type == "cuda"
                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    return {"model": engine.name, "device": str(engine.device), "dtype": str(engine.dtype).removeprefix("torch."),
+    return {"model": engine.name, "device": str(engine.device), "dtype": engine.status()["dtype"],
             "threads": torch.get_num_threads(), "prompts": len(cases),
             "new_tokens": [min_new, max_new], "methods": rows, "keystroke_reuse": reuse,
             "peak_memory_mb": round(peak_mb, 1)}

@@ -129,7 +129,7 @@ def agreement(draft, indices: torch.Tensor, windows: torch.Tensor, batch: int = 
 
 def run_draft(target: str | None, out: Path, cfg: DraftTrainConfig, *, corpus_specs: list[str] | None = None,
               device: str | None = None, threads: int = 0, max_files: int = 2000, resume: bool = False,
-              save_dtype: str = "bfloat16", log=print, progress: Progress | None = None) -> dict:
+              save_dtype: str = "bfloat16", command: str = "", log=print, progress: Progress | None = None) -> dict:
     """Train a draft for `target` on `corpus_specs`, checkpointing in `out` (resumable); the draft
     is saved to out/draft (save_pretrained, with the target's tokenizer). Returns the report, also
     written to out/draft_report.json."""
@@ -198,5 +198,29 @@ def run_draft(target: str | None, out: Path, cfg: DraftTrainConfig, *, corpus_sp
               "target_parameters": target_params, "layers": config.num_hidden_layers, "hidden": config.hidden_size,
               "heldout_greedy_agreement": agree, "final_loss": state.losses[-1] if state.losses else None,
               "windows": len(windows), "seq_len": cfg.seq_len, "saved_to": str(folder), "dtype": save_dtype}
+    report["corpus"] = corpus_specs or ["stdlib"]
+    report["target"] = target or "the embedded model"
     (out / "draft_report.json").write_text(json.dumps(report, indent=2))
+    (folder / "README.md").write_text(model_card(report, command))
     return report
+
+
+def model_card(report: dict, command: str) -> str:
+    """The draft's README: what it is for, what it learnt from, how it was made and how well it
+    agrees with its target."""
+    return f"""# Draft model for {report['target']}
+
+A {report['parameters'] / 1e6:.1f}M-parameter causal LM ({report['layers']} layers of {report['hidden']}), \
+{report['parameters'] / report['target_parameters']:.0%} of its target's parameters, with the target's \
+tokenizer, distilled from the target's top-k next-token distributions by `memosight train draft`. \
+It only proposes tokens: MemoSight's speculative decoding verifies every one with the target, so \
+completions are exactly the target's greedy ones.
+
+- Use: `draft_model = "<this folder>"` beside `model = "{report['target']}"`.
+- Data: {', '.join(report['corpus'])} ({report['windows']} windows of {report['seq_len']} tokens), \
+labelled by the target.
+- Training: {report['steps']} steps, {report['train_seconds']} s, final distillation loss {report['final_loss']}.
+- Held-out agreement with the target's greedy token: {report['heldout_greedy_agreement']}.
+- Weights: {report['dtype']}.
+- Command: `{command or 'memosight train draft'}`
+"""

@@ -25,6 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model folder, GGUF file, packaged name (smollm2-135m) or Hugging Face id "
                                         "(default: the embedded model)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
+    parser.add_argument("--dtype", default="float32", help="float32 (default) | int8 | bfloat16 | float16: "
+                                                             "int8's quality cost is float32's figures beside it")
     add_json_argument(parser)
     parser.add_argument("--max-files", type=int, help="evaluate at most this many files (sorted by path)")
     parser.add_argument("--ext", action="append", help="file extension to read, repeatable (default .py)")
@@ -47,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not Path(args.corpus).is_dir():
         raise CommandError(f"corpus folder {args.corpus!r} does not exist; give a folder of source files")
-    engine = load_engine(args.model, device=args.device, dtype="float32")  # a model that fails: EngineError
+    engine = load_engine(args.model, device=args.device, dtype=args.dtype)  # a model that fails: EngineError
     if args.fim_order:
         engine.fim_order = args.fim_order
     try:

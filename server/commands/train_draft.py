@@ -43,6 +43,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from OUT/draft_state.pt")
 
 
+def command_line(args: argparse.Namespace) -> str:
+    """The command that made a draft, for its model card."""
+    words = ["memosight train draft"] + [f"--target {args.target}"] * bool(args.target)
+    words += [f"--corpus {c}" for c in args.corpus or []]
+    for flag in ("layers", "hidden", "steps", "batch", "seq_len", "lr", "top_k", "max_files", "max_windows", "seed"):
+        words.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")
+    return " ".join(words + [f"--out {args.out}"])
+
+
 def run(args: argparse.Namespace) -> int:
     from memosight.engine.train.draft import DraftTrainConfig, run_draft
 
@@ -52,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     with step_progress("draft") as on_step:
         report = run_draft(args.target, Path(args.out), cfg, corpus_specs=args.corpus, device=args.device,
                            threads=args.threads, max_files=args.max_files, resume=args.resume,
-                           save_dtype=args.save_dtype, log=say, progress=on_step)
+                           save_dtype=args.save_dtype, command=command_line(args), log=say, progress=on_step)
     print(f"held-out agreement with the target's greedy token: {report['heldout_greedy_agreement']}")
     print(json.dumps(report))
     return 0

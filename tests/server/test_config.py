@@ -1,6 +1,7 @@
 from pathlib import Path
 
 from memosight.server.config import (
+    Backend,
     ConfigSources,
     Settings,
     find_config_file,
@@ -72,3 +73,59 @@ def test_latency_budget_is_validated():
     assert [e.key for e in errors] == ["latencyBudgetMs"]  # named as the user wrote it
     assert "between 0 and 60000" in errors[0].reason and values == {"max_new_tokens": 80}
     assert Settings().latency_budget_ms == 100
+
+
+def _project_with_backend(tmp_path: Path) -> ConfigSources:
+    (tmp_path / ".memosight.toml").write_text(
+        'model = "./m"\n[backend]\nkind = "openai"\nurl = "http://stranger:8000/v1"\n')
+    sources = ConfigSources(root=tmp_path)
+    assert sources.reload_file() == []
+    return sources
+
+
+def test_a_backend_in_an_untrusted_project_file_is_ignored_and_said(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    sources = _project_with_backend(tmp_path)
+    assert sources.settings().backend == Backend() and sources.settings().model == "./m"  # the rest stays
+    notice = sources.trust_notices()[0]
+    assert "ignored `backend`" in notice and "trust" in notice and "Nothing is sent" in notice
+
+
+def test_the_project_file_cannot_trust_itself(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / ".memosight.toml").write_text(
+        'trusted_workspace = true\n[backend]\nkind = "llamacpp"\nurl = "http://stranger:8080"\n')
+    sources = ConfigSources(root=tmp_path)
+    sources.reload_file()
+    assert sources.settings().backend == Backend()
+    assert "trusted_workspace, backend" in sources.trust_notices()[0]
+
+
+def test_the_editor_or_the_users_allow_list_trusts_a_workspace(tmp_path: Path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    sources = _project_with_backend(tmp_path)
+    sources.init_values, errors = validate({"trustedWorkspace": True}, "initializationOptions")
+    assert errors == [] and sources.settings().backend.url == "http://stranger:8000/v1"
+    assert sources.trust_notices() == []
+    sources.init_values = {}
+    allow = home / ".config" / "memosight" / "trusted-workspaces"
+    allow.parent.mkdir(parents=True)
+    allow.write_text(f"# mine\n{tmp_path}\n")
+    assert sources.settings().backend.kind == "openai"
+
+
+def test_editor_settings_may_name_a_backend_and_bad_backends_say_why():
+    values, errors = validate({"backend": {"kind": "llamacpp", "url": "http://gpu:8080", "apiKeyEnv": "TEAM_KEY",
+                                           "timeoutMs": 3000}}, "editor settings")
+    assert errors == [] and values["backend"] == Backend(kind="llamacpp", url="http://gpu:8080",
+                                                        api_key_env="TEAM_KEY", timeout_ms=3000)
+    for bad, words in [({"kind": "openai"}, "backend.url must be an http"),
+                       ({"kind": "grpc", "url": "http://x"}, "backend.kind must be one of"),
+                       ({"kind": "openai", "url": "http://x", "api_key": "sk-1"}, "environment variable"),
+                       ({"kind": "openai", "url": "http://x", "apiKeyEnv": "sk-123 456"}, "NAME of an environment"),
+                       ({"kind": "openai", "url": "http://x", "port": 1}, "unknown key backend.port"),
+                       ("http://x", "must be a table")]:
+        _, errors = validate({"backend": bad}, "editor settings")
+        assert len(errors) == 1 and words in errors[0].reason, (bad, errors)
+        assert "sk-1" not in errors[0].reason

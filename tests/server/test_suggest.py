@@ -254,3 +254,24 @@ def test_a_bad_draft_model_costs_the_draft_only(scripted_engine):
     assert loaded == ["big"]  # the user's model, not the defaults
     assert any("without the draft model" in m for m in suggester._messages)
     suggester.shutdown()
+
+
+def test_a_remote_backend_answers_through_the_same_suggester_and_a_dead_one_is_said_once():
+    from memosight.server.config import Backend
+
+    from ..engine.test_remote import FakeServer
+
+    server = FakeServer()
+    server.pieces = ["items", "\n", "more"]
+    settings = Settings(backend=Backend(kind="llamacpp", url=server.url(path=""), fallback="none",
+                                        first_token_timeout_ms=500))
+    suggester = Suggester()
+    doc = Document("file:///a.py", "for item in \n", "python")
+    assert asyncio.run(suggest(suggester, doc, 12, settings)).text == "items"
+    assert server.requests[-1]["input_prefix"].endswith("for item in ")
+    assert suggester.status(settings)["backend"]["state"] == "ok"
+    server.stop()
+    first = asyncio.run(suggester.suggest(doc, 12, settings))
+    second = asyncio.run(suggester.suggest(doc, 12, settings))
+    assert first.suggestion is None and len(first.messages) == 1 and "cannot reach the server" in first.messages[0]
+    assert second.suggestion is None and second.messages == []  # once an hour, not once a keystroke

@@ -33,9 +33,9 @@ def test_bench_speculative_with_a_draft_model_adds_it_and_transformers_assisted_
     (code_corpus / "long.py").write_text("\n\n".join(f.read_text() for f in sorted(code_corpus.iterdir())))
     assert main(["bench", "speculative", "--model", str(tiny_model_dir), "--draft-model", str(draft),
                  "--corpus", str(code_corpus), "--prompts", "2", "--min-new", "8", "--max-new", "12",
-                 "--prompt-chars", "600", "--methods", "hf_greedy,hf_assisted,spec_draft_model,spec_all",
+                 "--prompt-chars", "600", "--methods", "hf_greedy,hf_assisted,spec_draft_model,spec_draft_ngram,spec_all",
                  "--json"]) == 0
     rows = {row["method"]: row for row in json.loads(capsys.readouterr().out)["methods"]}
-    assert set(rows) == {"hf_greedy", "hf_assisted", "spec_draft_model", "spec_all"}
+    assert set(rows) == {"hf_greedy", "hf_assisted", "spec_draft_model", "spec_draft_ngram", "spec_all"}
     for row in rows.values():
         assert row["exact_match"] == 1.0, row["method"]

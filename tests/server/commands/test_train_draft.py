@@ -18,6 +18,9 @@ def test_train_draft_runs_resumes_and_drafts_for_its_target(tmp_path, tiny_model
     report = json.loads((run / "draft_report.json").read_text())
     assert report["steps"] == 4 and report["parameters"] < report["target_parameters"]
     assert 0.0 <= report["heldout_greedy_agreement"] <= 1.0
+    card = (run / "draft" / "README.md").read_text()
+    assert f"agreement with the target's greedy token: {report['heldout_greedy_agreement']}" in card
+    assert "--steps 4" in card and str(code_corpus) in card
     engine = load_engine(str(tiny_model_dir), draft_model=report["saved_to"])
     ids = engine.prompt_ids("def add(a, b):\n    return", "")
     assert engine.generate(ids, 12) == engine.generate(ids, 12, speculative=False)

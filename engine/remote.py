@@ -1,0 +1,301 @@
+"""Engines that call a serving engine over HTTP: an OpenAI-compatible `/completions` (vLLM, SGLang,
+llama.cpp's server, llama-cpp-python, LM Studio) or llama.cpp's own `/infill`.
+
+The server cannot tell them from the in-process engine: the same CompletionRequest goes in, the same
+streamed pieces and Completion come out, with the same stop rules (engine/stops.py). Cancellation
+closes the HTTP stream at once, so the server stops generating. While the server cannot be reached
+the engine retries with backoff and answers from the fallback engine (the local model) meanwhile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+
+from .fim import PLAIN, detect_template
+from .protocol import (
+    Completion,
+    CompletionRequest,
+    Engine,
+    EngineError,
+    EngineSettings,
+    Stream,
+)
+from .sse import EventStream, RemoteError, post_stream
+from .stops import StreamState, stream_pieces
+
+log = logging.getLogger(__name__)
+
+KINDS = ("openai", "llamacpp")
+UNREACHABLE = ("unreachable", "timeout")  # the kinds of failure the fallback covers
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    kind: str  # openai | llamacpp
+    url: str  # base URL: http://host:8000/v1 (openai) or http://host:8080 (llamacpp)
+    model: str = ""  # the server's model name, where it needs one
+    tokenizer: str = ""  # a local tokenizer (folder, hub id in the cache, .gguf) for budgets and FIM tokens
+    api_key_env: str = ""  # the NAME of the environment variable that holds the key
+    timeout_ms: int = 4000  # the whole request
+    first_token_timeout_ms: int = 2000
+    ca_bundle: str = ""
+    session_id: str = ""  # a stable hash of user and workspace: keeps a user on one replica
+
+
+def open_remote_engine(settings: RemoteSettings, fallback: Callable[[], Engine] | None = None) -> RemoteEngine:
+    """A remote engine, with the local tokenizer `settings.tokenizer` names (if any) for token
+    budgets and FIM tokens."""
+    tokenizer = None
+    if settings.tokenizer:
+        from .loading import (
+            load_tokenizer,  # torch comes with it: only when a tokenizer is named
+        )
+
+        tokenizer = load_tokenizer(settings.tokenizer)
+    return RemoteEngine(settings, tokenizer, fallback)
+
+
+def session_id(user: str, workspace: str) -> str:
+    """A stable, anonymous id for (user, workspace): no names leave the machine."""
+    return hashlib.sha256(f"{user}\0{workspace}".encode()).hexdigest()[:16]
+
+
+def common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class RemoteEngine(Engine):
+    def __init__(self, settings: RemoteSettings, tokenizer=None,
+                 fallback: Callable[[], Engine] | None = None):
+        if settings.kind not in KINDS:
+            raise EngineError(f"backend.kind {settings.kind!r} is not a remote kind; use one of {', '.join(KINDS)}")
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.template = detect_template(tokenizer.get_vocab()) if tokenizer is not None else PLAIN
+        self._fallback_factory = fallback
+        self._fallback: Engine | None = None
+        self._lock = threading.Lock()
+        self.state = "unknown"  # ok | unreachable | error
+        self.last_error: str | None = None
+        self.failures = 0
+        self.retry_at = 0.0
+        self.requests = self.cancelled = self.fallback_requests = 0
+        self.latencies_ms: deque[float] = deque(maxlen=200)
+        self.prefix_shares: deque[float] = deque(maxlen=200)
+        self.cached_shares: deque[float] = deque(maxlen=200)
+        self._last_prompt = ""
+
+    # --- the Engine protocol ---------------------------------------------------------------------
+
+    def count_tokens(self, text: str) -> int:
+        if self.tokenizer is not None:
+            return len(self.tokenizer.encode(text, add_special_tokens=False))
+        return (len(text.encode("utf-8")) + 3) // 4  # no tokenizer named: about 4 bytes a token for code
+
+    def stream(self, request: CompletionRequest) -> Stream:
+        return Stream(self._generate(request))
+
+    def prefill(self, request: CompletionRequest) -> None:
+        return None  # the server's prefix cache does this work when the request comes
+
+    def configure(self, settings: EngineSettings) -> None:
+        return None
+
+    def close(self) -> None:
+        if self._fallback is not None:
+            self._fallback.close()
+
+    def status(self) -> dict:
+        lat = sorted(self.latencies_ms)
+        fallback = self._fallback.status() if self._fallback is not None else None
+
+        def mean(values) -> float | None:
+            return round(sum(values) / len(values), 3) if values else None
+
+        return {
+            "model": self.settings.model or self.settings.url, "device": "remote", "dtype": "remote",
+            "requests": self.requests,
+            "backend": {
+                "kind": self.settings.kind, "url": self.settings.url, "model": self.settings.model,
+                "state": self.state, "last_error": self.last_error, "failures": self.failures,
+                "latency_ms": {"p50": round(lat[len(lat) // 2], 1) if lat else None,
+                               "p95": round(lat[int(len(lat) * 0.95)], 1) if lat else None},
+                "cancelled": self.cancelled, "fallback_requests": self.fallback_requests,
+                "shared_prefix_share": mean(self.prefix_shares),  # of consecutive prompts, in characters
+                "server_cached_share": mean(self.cached_shares),  # where the server reports its cache
+                "fallback": fallback,
+            },
+        }
+
+    # --- one request -----------------------------------------------------------------------------
+
+    def _generate(self, request: CompletionRequest) -> Generator[str, None, Completion]:
+        if self._fallback_factory is not None and self.state == "unreachable" and time.monotonic() < self.retry_at:
+            return (yield from self._from_fallback(request))
+        started = time.perf_counter()
+        try:
+            events = self._open(request)
+        except RemoteError as exc:
+            self._failed(exc)
+            if exc.kind in UNREACHABLE and self._fallback_factory is not None:
+                return (yield from self._from_fallback(request))
+            raise
+        watcher = threading.Thread(target=self._close_on_cancel, args=(request, events), daemon=True,
+                                   name="memosight-remote-cancel")
+        watcher.start()
+        state = StreamState(started=started)
+        first_token_ms = 0.0
+        report: dict = {}
+        try:
+            for piece in stream_pieces(self._pieces(events, report), request.stop, state):
+                if request.cancel.is_set():
+                    state.stop_reason = "cancelled"
+                    break
+                if not first_token_ms:
+                    first_token_ms = (time.perf_counter() - started) * 1000
+                yield piece
+        except RemoteError as exc:
+            if request.cancel.is_set():  # we closed the stream ourselves
+                state.stop_reason = "cancelled"
+            else:
+                self._failed(exc)
+                raise
+        finally:
+            events.close()
+        if request.cancel.is_set() or state.stop_reason == "cancelled":
+            state.stop_reason = "cancelled"
+            self.cancelled += 1
+        latency = (time.perf_counter() - started) * 1000
+        self.state, self.failures = "ok", 0
+        self.latencies_ms.append(latency)
+        self.requests += 1
+        prompt_tokens = int(report.get("prompt_tokens") or 0)
+        cached = int(report.get("cached_tokens") or 0)
+        if prompt_tokens and "cached_tokens" in report:
+            self.cached_shares.append(min(1.0, cached / prompt_tokens))
+        return Completion(state.text, state.tokens, prompt_tokens, latency, first_token_ms or latency,
+                          state.stop_reason, reused_tokens=cached)
+
+    def _close_on_cancel(self, request: CompletionRequest, events: EventStream) -> None:
+        """Close the HTTP stream the moment the request is cancelled, even mid-read."""
+        while not events.closed:
+            if request.cancel.wait(0.02):
+                events.close()
+                return
+
+    def _from_fallback(self, request: CompletionRequest) -> Generator[str, None, Completion]:
+        with self._lock:
+            if self._fallback is None:
+                log.info("the backend at %s is unreachable; loading the local fallback", self.settings.url)
+                self._fallback = self._fallback_factory()
+        self.fallback_requests += 1
+        stream = self._fallback.stream(request)
+        yield from stream
+        return stream.completion
+
+    def _failed(self, exc: RemoteError) -> None:
+        self.failures += 1
+        self.last_error = str(exc)
+        self.state = "unreachable" if exc.kind in UNREACHABLE else "error"
+        self.retry_at = time.monotonic() + min(60.0, 2.0 ** min(self.failures - 1, 6))  # 1 s, 2 s, ... 60 s
+        log.warning("backend %s: %s", self.settings.url, exc)
+
+    # --- the two protocols -----------------------------------------------------------------------
+
+    def _headers(self) -> dict[str, str]:
+        headers = {}
+        if self.settings.session_id:
+            headers["X-Session-ID"] = self.settings.session_id
+        if self.settings.api_key_env:
+            key = os.environ.get(self.settings.api_key_env)
+            if not key:
+                raise RemoteError("auth", f"the environment variable {self.settings.api_key_env} (backend.api_key_env) "
+                                          "is not set; set it to the server's API key")
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def render_prompt(self, prefix: str, suffix: str) -> str:
+        """The whole prompt as text in the model's own FIM tokens (the prefix alone without them):
+        the `suffix` field of /completions means something else on every server."""
+        t = self.template
+        if not t.has_fim:
+            return prefix
+        space = " " if t.space_after_prefix_token else ""
+        return f"{t.prefix_token}{space}{prefix}{t.suffix_token}{suffix}{t.middle_token}"
+
+    def _stops(self, request: CompletionRequest) -> list[str]:
+        stops = (["\n"] if request.stop.single_line else []) + [s for s in request.stop.stop_strings if s]
+        return stops[:4]  # OpenAI's limit; the stop rules catch the rest here
+
+    def _open(self, request: CompletionRequest) -> EventStream:
+        s = self.settings
+        base = s.url.rstrip("/")
+        if s.kind == "openai":
+            prompt = self.render_prompt(request.prefix, request.suffix)
+            body = {"prompt": prompt, "max_tokens": request.max_new_tokens, "temperature": 0, "stream": True,
+                    "stream_options": {"include_usage": True}}
+            if s.model:
+                body["model"] = s.model
+            if stops := self._stops(request):
+                body["stop"] = stops
+            url = f"{base}/completions"
+        else:
+            prompt = request.prefix + request.suffix
+            body = {"input_prefix": request.prefix, "input_suffix": request.suffix, "input_extra": [],
+                    "n_predict": request.max_new_tokens, "cache_prompt": True, "stream": True, "temperature": 0,
+                    "samplers": ["top_k"], "top_k": 1}
+            if request.stop.time_budget_ms:
+                body["t_max_predict_ms"] = int(request.stop.time_budget_ms)
+            if request.stop.block_indent >= 0:
+                body["n_indent"] = request.stop.block_indent + 1
+            if stops := self._stops(request):
+                body["stop"] = stops
+            url = f"{base}/infill"
+        if self._last_prompt:
+            self.prefix_shares.append(common_prefix(self._last_prompt, prompt) / max(1, len(prompt)))
+        self._last_prompt = prompt
+        return post_stream(url, body, self._headers(), timeout_s=s.timeout_ms / 1000,
+                           first_token_timeout_s=s.first_token_timeout_ms / 1000, ca_bundle=s.ca_bundle)
+
+    def _pieces(self, events: EventStream, report: dict) -> Iterator[str]:
+        """Text pieces of either protocol's events; the server's token counts land in `report`."""
+        try:
+            for event in events:
+                if self.settings.kind == "openai":
+                    usage = event.get("usage") or {}
+                    if usage:
+                        report["prompt_tokens"] = usage.get("prompt_tokens")
+                        details = usage.get("prompt_tokens_details") or {}
+                        if details.get("cached_tokens") is not None:
+                            report["cached_tokens"] = details["cached_tokens"]
+                    for choice in event.get("choices") or []:
+                        if choice.get("text"):
+                            yield choice["text"]
+                else:
+                    if event.get("content"):
+                        yield event["content"]
+                    if event.get("stop"):
+                        timings = event.get("timings") or {}
+                        cached = event.get("tokens_cached", timings.get("cache_n"))
+                        evaluated = event.get("tokens_evaluated")
+                        if evaluated is not None:
+                            report["prompt_tokens"] = evaluated
+                        if cached is not None:
+                            report["cached_tokens"] = cached
+                        return
+            if not events.done:
+                raise RemoteError("unreachable", f"the server at {self.settings.url} closed the connection before "
+                                                 "the completion ended")
+        finally:
+            events.close()

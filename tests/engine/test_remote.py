@@ -1,0 +1,274 @@
+"""Remote engines against a local test server that speaks both protocols: SSE framing split across
+chunks, stop rules, errors a user can act on, slow first tokens, disconnects, cancellation that
+reaches the server, TLS with a CA made here, the API key from its environment variable, and the
+fallback while the server is down."""
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from memosight.engine.protocol import CompletionRequest, Engine, StopRule
+from memosight.engine.remote import RemoteEngine, RemoteSettings, session_id
+from memosight.engine.sse import RemoteError
+
+
+class FakeServer:
+    """An OpenAI /v1/completions and llama.cpp /infill server; `script` sets what it answers."""
+
+    def __init__(self, tls_context=None):
+        self.requests: list[dict] = []
+        self.headers: list[dict] = []
+        self.pieces = ["    return", " a", " +", " b\n", "\n", "def other():\n"]
+        self.status = 200
+        self.error_body = b""
+        self.first_delay = 0.0
+        self.piece_delay = 0.0
+        self.drop_after = None  # close the connection after this many pieces
+        self.sent = 0  # pieces written before the client went away (or the end)
+        self.client_left = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append({"path": self.path, **body})
+                server.headers.append(dict(self.headers))
+                if server.status != 200:
+                    self.send_response(server.status)
+                    self.send_header("Content-Length", str(len(server.error_body)))
+                    self.end_headers()
+                    self.wfile.write(server.error_body)
+                    return
+                time.sleep(server.first_delay)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                infill = self.path.endswith("/infill")
+                try:
+                    for i, piece in enumerate(server.pieces):
+                        if server.drop_after is not None and i == server.drop_after:
+                            self.connection.shutdown(socket.SHUT_RDWR)
+                            return
+                        event = {"content": piece, "stop": False} if infill else {"choices": [{"text": piece}]}
+                        data = f"data: {json.dumps(event)}\n\n".encode()
+                        half = len(data) // 2  # an event split across two writes
+                        self.wfile.write(data[:half])
+                        self.wfile.flush()
+                        self.wfile.write(data[half:])
+                        self.wfile.flush()
+                        server.sent = i + 1
+                        time.sleep(server.piece_delay)
+                    if infill:
+                        final = {"content": "", "stop": True, "tokens_evaluated": 40, "tokens_cached": 30}
+                    else:
+                        final = {"choices": [], "usage": {"prompt_tokens": 40,
+                                                          "prompt_tokens_details": {"cached_tokens": 30}}}
+                    self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    server.client_left.set()
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if tls_context is not None:
+            self.httpd.socket = tls_context.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def url(self, scheme="http", path="/v1"):
+        return f"{scheme}://127.0.0.1:{self.port}{path}"
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    s = FakeServer()
+    yield s
+    s.stop()
+
+
+def engine_for(url, kind="openai", **kw):
+    return RemoteEngine(RemoteSettings(kind=kind, url=url, timeout_ms=kw.pop("timeout_ms", 3000),
+                                       first_token_timeout_ms=kw.pop("first_token_timeout_ms", 1000), **kw))
+
+
+@pytest.mark.parametrize("kind,path", [("openai", "/v1"), ("llamacpp", "")])
+def test_a_streamed_completion_stops_at_its_rules_and_reports_the_servers_cache(server, kind, path):
+    engine = engine_for(server.url(path=path), kind, model="m", session_id=session_id("me", "/repo"))
+    assert isinstance(engine, Engine)
+    stream = engine.stream(CompletionRequest("def add(a, b):\n", "", stop=StopRule(single_line=True)))
+    pieces = list(stream)
+    assert "".join(pieces) == "    return a + b" and stream.completion.stop_reason == "newline"
+    sent = server.requests[-1]
+    if kind == "openai":
+        assert sent["path"] == "/v1/completions" and sent["prompt"] == "def add(a, b):\n" and sent["stop"] == ["\n"]
+        assert sent["stream"] is True and sent["temperature"] == 0 and sent["model"] == "m"
+    else:
+        assert sent["path"] == "/infill" and sent["input_prefix"] == "def add(a, b):\n"
+        assert sent["cache_prompt"] is True and sent["stream"] is True
+    assert server.headers[-1]["X-Session-ID"] == session_id("me", "/repo") and "me" not in server.headers[-1]["X-Session-ID"]
+    status = engine.status()["backend"]
+    assert status["state"] == "ok" and status["kind"] == kind
+
+
+def test_the_servers_cache_counters_reach_the_status_when_the_stream_runs_to_its_end(server):
+    engine = engine_for(server.url(path=""), "llamacpp")
+    server.pieces = ["x = 1"]
+    stream = engine.stream(CompletionRequest("y = 2\n", ""))
+    assert "".join(stream) == "x = 1"
+    assert stream.completion.reused_tokens == 30 and stream.completion.prompt_tokens == 40
+    assert engine.status()["backend"]["server_cached_share"] == 0.75
+
+
+def test_consecutive_prompts_report_their_shared_prefix(server):
+    engine = engine_for(server.url())
+    server.pieces = ["1"]
+    for prefix in ("import os\nx = ", "import os\nx = 4"):
+        engine.stream(CompletionRequest(prefix, "")).result()
+    assert engine.status()["backend"]["shared_prefix_share"] == round(len("import os\nx = ") / len("import os\nx = 4"), 3)
+
+
+def test_fim_prompts_are_rendered_with_the_models_own_tokens(server):
+    class Tokenizer:
+        def get_vocab(self):
+            return {"<fim_prefix>": 1, "<fim_suffix>": 2, "<fim_middle>": 3}
+
+        def encode(self, text, add_special_tokens=False):
+            return text.split()
+
+    engine = RemoteEngine(RemoteSettings("openai", server.url()), tokenizer=Tokenizer())
+    server.pieces = ["b"]
+    engine.stream(CompletionRequest("a = ", "\nprint(a)")).result()
+    assert server.requests[-1]["prompt"] == "<fim_prefix>a = <fim_suffix>\nprint(a)<fim_middle>"
+    assert engine.count_tokens("x = 1") == 3
+
+
+def test_cancelling_closes_the_stream_and_the_server_sees_it(server):
+    server.pieces = [f"x{i}" for i in range(200)]
+    server.piece_delay = 0.02
+    engine = engine_for(server.url())
+    request = CompletionRequest("a", "")
+    stream = engine.stream(request)
+    next(stream)
+    threading.Timer(0.1, request.cancel.set).start()
+    rest = list(stream)
+    assert stream.completion.stop_reason == "cancelled" and len(rest) < 50
+    assert server.client_left.wait(3), "the server never noticed the client leave"
+    assert server.sent < 100 and engine.status()["backend"]["cancelled"] == 1
+
+
+def test_closing_the_stream_early_also_reaches_the_server(server):
+    server.pieces = [f"x{i}" for i in range(200)]
+    server.piece_delay = 0.02
+    stream = engine_for(server.url()).stream(CompletionRequest("a", ""))
+    next(stream)
+    stream.close()
+    assert server.client_left.wait(3) and server.sent < 100
+
+
+@pytest.mark.parametrize("status,body,kind,words", [
+    (401, b'{"error": {"message": "bad key"}}', "auth", "backend.api_key_env"),
+    (403, b"forbidden", "auth", "backend.api_key_env"),
+    (400, b'{"error": {"message": "prompt is too long"}}', "bad_request", "prompt is too long"),
+    (404, b'{"error": {"message": "model qwen not found"}}', "not_found", "model qwen not found"),
+    (500, b"boom", "server", "boom"),
+])
+def test_server_errors_say_what_to_do(server, status, body, kind, words):
+    server.status, server.error_body = status, body
+    with pytest.raises(RemoteError, match=words) as info:
+        engine_for(server.url()).stream(CompletionRequest("a", "")).result()
+    assert info.value.kind == kind
+
+
+def test_an_unreachable_server_names_its_url():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens here
+    url = f"http://127.0.0.1:{port}/v1"
+    with pytest.raises(RemoteError, match=f"cannot reach the server at {url}") as info:
+        engine_for(url).stream(CompletionRequest("a", "")).result()
+    assert info.value.kind == "unreachable"
+
+
+def test_a_slow_first_token_is_a_timeout(server):
+    server.first_delay = 1.0
+    with pytest.raises(RemoteError, match="first-token timeout") as info:
+        engine_for(server.url(), first_token_timeout_ms=200).stream(CompletionRequest("a", "")).result()
+    assert info.value.kind == "timeout"
+
+
+def test_a_server_that_drops_the_connection_midway_is_an_error_not_a_hang(server):
+    server.drop_after = 2
+    with pytest.raises(RemoteError) as info:
+        engine_for(server.url()).stream(CompletionRequest("a", "")).result()
+    assert info.value.kind in ("unreachable", "protocol")
+
+
+def test_the_api_key_comes_from_the_named_environment_variable_and_never_shows(server, monkeypatch):
+    engine = engine_for(server.url(), api_key_env="MEMOSIGHT_TEST_KEY")
+    with pytest.raises(RemoteError, match="MEMOSIGHT_TEST_KEY"):
+        engine.stream(CompletionRequest("a", "")).result()
+    monkeypatch.setenv("MEMOSIGHT_TEST_KEY", "sk-secret-123")
+    engine.stream(CompletionRequest("a", "")).result()
+    assert server.headers[-1]["Authorization"] == "Bearer sk-secret-123"
+    assert "sk-secret" not in json.dumps(engine.status())
+
+
+def test_tls_with_a_ca_bundle(tmp_path):
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    context = __import__("ssl").create_default_context(__import__("ssl").Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    server = FakeServer(tls_context=context)
+    try:
+        server.pieces = ["ok"]
+        with pytest.raises(RemoteError, match="backend.ca_bundle") as info:
+            engine_for(server.url("https")).stream(CompletionRequest("a", "")).result()
+        assert info.value.kind == "tls"
+        bundle = tmp_path / "ca.pem"
+        ca.cert_pem.write_to_path(str(bundle))
+        assert engine_for(server.url("https"), ca_bundle=str(bundle)).stream(CompletionRequest("a", "")).result().text == "ok"
+    finally:
+        server.stop()
+
+
+def test_while_the_server_is_down_the_fallback_answers_and_the_server_is_retried(server):
+    class Local:
+        def __init__(self):
+            self.asked = 0
+
+        def stream(self, request):
+            from memosight.engine.protocol import Completion, Stream
+
+            self.asked += 1
+
+            def gen():
+                yield "local"
+                return Completion("local", 1, 1, 1.0, 1.0, "eos")
+            return Stream(gen())
+
+        def status(self):
+            return {"model": "local"}
+
+        def close(self):
+            pass
+
+    local = Local()
+    url = server.url()
+    server.stop()
+    engine = RemoteEngine(RemoteSettings("openai", url, first_token_timeout_ms=500), fallback=lambda: local)
+    assert engine.stream(CompletionRequest("a", "")).result().text == "local"
+    assert engine.stream(CompletionRequest("a", "")).result().text == "local"  # within the backoff: no new try
+    status = engine.status()["backend"]
+    assert status["state"] == "unreachable" and status["failures"] == 1 and status["fallback_requests"] == 2
+    assert url in status["last_error"]
