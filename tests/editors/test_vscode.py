@@ -26,7 +26,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from memosight.server.config import Settings, validate
 
 EXTENSION_DIR = Path(__file__).resolve().parents[2] / "editors" / "vscode"
@@ -134,6 +133,7 @@ const vscode = {
     workspaceFolders: [{ uri: Uri.file(path.dirname(process.env.MEMOSIGHT_FILE)), name: "project", index: 0 }],
     onDidChangeConfiguration: noEvent, onDidOpenTextDocument: noEvent, onDidCloseTextDocument: noEvent, onDidChangeTextDocument: noEvent,
     onDidSaveTextDocument: noEvent, onWillSaveTextDocument: noEvent, onDidChangeWorkspaceFolders: noEvent,
+    isTrusted: true, onDidGrantWorkspaceTrust: noEvent,
     onDidOpenNotebookDocument: noEvent, onDidChangeNotebookDocument: noEvent, onDidCloseNotebookDocument: noEvent, onDidSaveNotebookDocument: noEvent,
     createFileSystemWatcher: () => ({ onDidCreate: noEvent, onDidChange: noEvent, onDidDelete: noEvent, dispose() {} }),
     applyEdit: async () => true,
@@ -281,7 +281,8 @@ def test_contributed_settings_are_the_server_settings_with_its_defaults():
     # The extension sends camelCase keys; the server must accept every one and its default as is.
     values, errors = validate(server_defaults, "package.json")
     assert errors == []
-    expected = {name: getattr(Settings(), name) for name in Settings.__dataclass_fields__}
+    # trusted_workspace is no setting: the extension sends VS Code's workspace trust itself
+    expected = {name: getattr(Settings(), name) for name in Settings.__dataclass_fields__ if name != "trusted_workspace"}
     assert values == expected
 
 

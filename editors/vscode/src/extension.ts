@@ -63,7 +63,7 @@ function configuration(): vscode.WorkspaceConfiguration {
 
 function currentServerSettings(): ServerSettings {
   const config = configuration();
-  return serverSettings((key) => config.inspect(key));
+  return serverSettings((key) => config.inspect(key), vscode.workspace.isTrusted);
 }
 
 function currentServerCommand(): ServerCommand {
@@ -148,6 +148,13 @@ class MemoSight implements vscode.Disposable {
   async restart(): Promise<void> {
     await this.stop();
     await this.start();
+  }
+
+  /** Send the settings again (the workspace became trusted: they say so now). */
+  async settingsChanged(): Promise<void> {
+    await this.client?.sendNotification(DidChangeConfigurationNotification.type, {
+      settings: { [SECTION]: currentServerSettings() },
+    });
   }
 
   async showStatus(): Promise<void> {
@@ -275,6 +282,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     instance,
     vscode.commands.registerCommand(SHOW_STATUS_COMMAND, () => instance.showStatus()),
     vscode.commands.registerCommand(RESTART_COMMAND, () => instance.restart()),
+    // Trust granted: the project's own backend setting may now apply; the server re-reads the settings.
+    vscode.workspace.onDidGrantWorkspaceTrust(() => void instance.settingsChanged()),
     vscode.workspace.onDidChangeConfiguration((event) => {
       if (LAUNCH_SETTING_KEYS.some((key) => event.affectsConfiguration(`${SECTION}.${key}`))) {
         output.info("The server launch settings changed; restarting.");

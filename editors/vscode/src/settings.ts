@@ -20,6 +20,7 @@ export const SERVER_SETTING_KEYS = [
   "kvCacheMb",
   "latencyBudgetMs",
   "logLevel",
+  "backend",
 ] as const;
 
 /** Keys that say how the server is launched: a change restarts it. */
@@ -28,7 +29,7 @@ export const LAUNCH_SETTING_KEYS = ["serverPath", "pythonPath"] as const;
 /** Keys read by the extension (and vscode-languageclient) itself; never sent, the server would call them unknown. */
 export const CLIENT_SETTING_KEYS = [...LAUNCH_SETTING_KEYS, "trace.server"] as const;
 
-export type ServerSettings = Partial<Record<(typeof SERVER_SETTING_KEYS)[number], unknown>>;
+export type ServerSettings = Partial<Record<(typeof SERVER_SETTING_KEYS)[number] | "trustedWorkspace", unknown>>;
 
 /** The shape of vscode.WorkspaceConfiguration.inspect(key), the parts we read. */
 export interface InspectedSetting {
@@ -54,10 +55,15 @@ export function explicitValue(inspected: InspectedSetting | undefined): unknown 
 
 /**
  * The settings to send as initializationOptions and as the `memosight` section of
- * workspace/configuration: every server key the user has set, under its camelCase name.
+ * workspace/configuration: every server key the user has set, under its camelCase name, and
+ * whether the user trusts the workspace (VS Code's workspace trust): only then may the project's
+ * own config file send code to a server (its `backend`).
  */
-export function serverSettings(inspect: (key: string) => InspectedSetting | undefined): ServerSettings {
-  const settings: ServerSettings = {};
+export function serverSettings(
+  inspect: (key: string) => InspectedSetting | undefined,
+  trusted?: boolean,
+): ServerSettings {
+  const settings: ServerSettings = trusted === undefined ? {} : { trustedWorkspace: trusted };
   for (const key of SERVER_SETTING_KEYS) {
     const value = explicitValue(inspect(key));
     if (value !== undefined) {

@@ -144,15 +144,36 @@ local function on_attach(_, bufnr)
   set_keymaps(bufnr)
 end
 
+--- Whether the user has `:trust`ed this project's .memosight.toml as it is now (Neovim's own trust
+--- database, read without prompting). Only then may the project's file send code to a server.
+local function trusted(root)
+  local file = root and vim.uv.fs_realpath(root .. "/.memosight.toml")
+  local handle = file and io.open(file, "rb")
+  if not handle then
+    return false
+  end
+  local hash = vim.fn.sha256(handle:read("*a"))
+  handle:close()
+  local ok, lines = pcall(vim.fn.readfile, vim.fn.stdpath("state") .. "/trust")
+  for _, line in ipairs(ok and lines or {}) do
+    local h, path = line:match("^(%S+) (.+)$")
+    if path == file and h == hash then
+      return true
+    end
+  end
+  return false
+end
+
 local function start(bufnr)
   if vim.bo[bufnr].buftype ~= "" then
     return
   end
-  local settings = next(M.config.settings) and M.config.settings or vim.empty_dict()
+  local root = vim.fs.root(bufnr, M.config.root_markers)
+  local settings = vim.tbl_extend("force", M.config.settings, { trustedWorkspace = trusted(root) })
   local config = {
     name = NAME,
     cmd = M.config.cmd,
-    root_dir = vim.fs.root(bufnr, M.config.root_markers),
+    root_dir = root,
     init_options = { memosight = settings },
     settings = { memosight = settings },
     on_attach = on_attach,

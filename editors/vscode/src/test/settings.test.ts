@@ -29,6 +29,15 @@ test("nothing set sends an empty object", () => {
   assert.deepEqual(serverSettings(() => undefined), {});
 });
 
+test("the workspace's trust is sent with the settings, trusted or not", () => {
+  assert.deepEqual(serverSettings(() => undefined, false), { trustedWorkspace: false });
+  const backend = { kind: "openai", url: "http://gpu:8000/v1" };
+  assert.deepEqual(serverSettings(inspector({ backend: { defaultValue: null, globalValue: backend } }), true), {
+    trustedWorkspace: true,
+    backend,
+  });
+});
+
 test("the most specific scope wins: folder over workspace over user", () => {
   assert.equal(explicitValue({ globalValue: 1, workspaceValue: 2, workspaceFolderValue: 3 }), 3);
   assert.equal(explicitValue({ globalValue: 1, workspaceValue: 2 }), 2);
@@ -72,6 +81,7 @@ test("contributed defaults are the server's defaults", () => {
     kvCacheMb: 256,
     latencyBudgetMs: 100,
     logLevel: "info",
+    backend: { kind: "local" },
   });
 });
 
