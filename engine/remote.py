@@ -165,6 +165,9 @@ class RemoteEngine(Engine):
                 if not first_token_ms:
                     first_token_ms = (time.perf_counter() - started) * 1000
                 yield piece
+        except GeneratorExit:  # the caller closed the stream: so is the connection, below
+            self.cancelled += 1
+            raise
         except RemoteError as exc:
             if request.cancel.is_set():  # we closed the stream ourselves
                 state.stop_reason = "cancelled"

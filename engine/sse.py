@@ -93,10 +93,22 @@ class EventStream(Iterator[dict]):
     def __next__(self) -> dict:
         try:
             return next(self._lines)
-        except (TimeoutError, socket.timeout) as exc:
-            raise RemoteError("timeout", f"the server at {self._url} stopped sending (timeout)") from exc
-        except (ConnectionError, http.client.HTTPException, OSError) as exc:
-            raise RemoteError("unreachable", f"the connection to {self._url} broke ({exc})") from exc
+        except StopIteration:
+            raise
+        except Exception as exc:
+            if self.closed:  # closed by us (a cancel, from another thread) while reading: the end
+                raise StopIteration from None
+            raise self._error(exc) from exc
+
+    def _error(self, exc: Exception) -> RemoteError:
+        """What a failed read means for the user."""
+        if isinstance(exc, RemoteError):
+            return exc
+        if isinstance(exc, (TimeoutError, socket.timeout)):
+            return RemoteError("timeout", f"the server at {self._url} stopped sending (timeout)")
+        if isinstance(exc, (ConnectionError, http.client.HTTPException, OSError)):
+            return RemoteError("unreachable", f"the connection to {self._url} broke ({exc})")
+        return RemoteError("protocol", f"the stream from {self._url} could not be read ({exc!r})")
 
     def close(self) -> None:
         self.closed = True

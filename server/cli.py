@@ -26,6 +26,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("train", "draft"): ("train_draft", "train a draft model for a target by distillation"),
     ("train", "ngrams"): ("train_ngrams", "count the corpus n-gram table that drafts where the prompt has no match"),
     ("train", "context"): ("train_context", "fine-tune a model on prompts in the context compressor's format"),
+    ("export", "gguf"): ("export_gguf", "write a model as a GGUF file for llama.cpp"),
 }
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -34,8 +36,14 @@ def build_tokenizer(folder: Path, fim: bool = True, vocab_size: int = 400):
 def build_tiny_model(folder: Path, arch: str = "llama", fim: bool = True, seed: int = 0) -> Path:
     """A randomly initialised model of `arch` with a small byte-level tokenizer, saved with save_pretrained."""
     import torch
-    from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config,
-                              Qwen2ForCausalLM)
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(folder, fim=fim)
@@ -180,3 +188,41 @@ def code_corpus(tmp_path) -> Path:
     for i in range(4):
         (corpus / f"m{i}.py").write_text(SAMPLE_CODE.replace("Item", f"Item{i}"))
     return corpus
+
+
+# --- a real llama.cpp server (llama-cpp-python's), serving the embedded model exported to GGUF -----
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """`python -m llama_cpp.server` on the embedded model written by `memosight export gguf`."""
+    import socket
+    import subprocess
+    import urllib.request
+
+    pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python[server] is in the dev extras")
+    from memosight.server.cli import main
+
+    folder = tmp_path_factory.mktemp("llama")
+    model = folder / "memosight.gguf"
+    assert main(["export", "gguf", "--out", str(model)]) == 0
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(folder / "server.log", "w")
+    process = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--port", str(port),
+                                "--n_ctx", "2048", "--n_threads", "1"], stdout=log, stderr=subprocess.STDOUT,
+                               env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/models", timeout=1)
+            break
+        except OSError:
+            assert process.poll() is None, (folder / "server.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "llama.cpp's server did not start"
+            time.sleep(0.3)
+    yield url, folder / "server.log"
+    process.terminate()
+    process.wait(10)
+    log.close()

@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=setting,
                         help="a server setting, as an editor would send it (repeatable), e.g. --set "
                              "prefill_on_edit=false --set context_budget=512")
+    parser.add_argument("--backend", metavar="KIND=URL",
+                        help="type through a serving engine: openai=http://host:8000/v1 or llamacpp=http://host:8080 "
+                             "(no local fallback, so every figure is the server's)")
     parser.add_argument("--seed", type=int, default=0)
     add_json_argument(parser)
 
@@ -228,6 +231,9 @@ async def replay(args) -> dict:
     lsp = LspProcess([sys.executable, "-m", "memosight.server", "--stdio", *server_args], env=env)
     await lsp.start()
     options = {"model": args.model} if args.model else {}
+    if args.backend:
+        kind, _, url = args.backend.partition("=")
+        options["backend"] = {"kind": kind, "url": url, "fallback": "none"}
     options.update(dict(args.set))
     await lsp.call("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": {},
                                   "initializationOptions": options})
@@ -272,6 +278,7 @@ def summarize(stats: Replay, before: dict, after: dict, functions: int) -> dict:
         "server_superseded": delta["superseded"], "stale_suggestions": stats.stale,
         "crossed_cancellations": stats.crossed,
         "server_peak_rss_mb": after.get("peak_rss_mb"),
+        "backend": after.get("backend"),  # a remote engine's: state, latency, cancellations, cache shares
     }
 
 
@@ -288,7 +295,10 @@ def render(result: dict) -> str:
         f"cancelled by the client {result['cancelled_by_client']}  server: cancelled {result['server_cancelled']} "
         f"superseded {result['server_superseded']}  stale suggestions {result['stale_suggestions']} "
         f"(answers that crossed a cancellation: {result['crossed_cancellations']})",
-        f"server peak memory {result['server_peak_rss_mb']} MB"])
+        f"server peak memory {result['server_peak_rss_mb']} MB"]
+        + ([f"backend {b['kind']} {b['url']}: state {b['state']}, cancelled {b['cancelled']}, shared prompt start "
+            f"{b['shared_prefix_share']}, server-cached share {b['server_cached_share']}"]
+           if (b := result.get("backend")) else []))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -272,3 +272,43 @@ def test_while_the_server_is_down_the_fallback_answers_and_the_server_is_retried
     status = engine.status()["backend"]
     assert status["state"] == "unreachable" and status["failures"] == 1 and status["fallback_requests"] == 2
     assert url in status["last_error"]
+
+
+# --- a real llama.cpp server (llama-cpp-python's), serving the embedded model exported to GGUF -----
+
+def _generated_runs(log_path) -> list[int]:
+    """Tokens llama.cpp generated per completion, from its own performance lines."""
+    import re
+
+    return [int(n) for n in re.findall(r"^llama_perf_context_print:\s+eval time =.*/\s+(\d+) runs",
+                                       log_path.read_text(), re.M)]
+
+
+def test_a_real_llama_cpp_server_streams_the_completion_it_would_give_in_one_piece(llama_server):
+    import urllib.request
+
+    url, _ = llama_server
+    engine = engine_for(url, timeout_ms=20000, first_token_timeout_ms=20000)
+    prefix = "import os\n\n\ndef read_config(path):\n"
+    stream = engine.stream(CompletionRequest(prefix, "", max_new_tokens=24))
+    text = "".join(stream)
+    whole = json.load(urllib.request.urlopen(urllib.request.Request(
+        f"{url}/completions", data=json.dumps({"prompt": prefix, "max_tokens": 24, "temperature": 0}).encode(),
+        headers={"Content-Type": "application/json"})))["choices"][0]["text"]
+    assert text and text == whole.rstrip() or text == whole
+    single = engine.stream(CompletionRequest(prefix, "", max_new_tokens=24, stop=StopRule(single_line=True))).result()
+    assert "\n" not in single.text and whole.startswith(single.text)
+    assert engine.status()["backend"]["state"] == "ok"
+
+
+def test_cancelling_stops_the_real_servers_generation(llama_server):
+    url, log_path = llama_server
+    engine = engine_for(url, timeout_ms=60000, first_token_timeout_ms=20000)
+    request = CompletionRequest("import os\n\n\ndef main():\n", "", max_new_tokens=1500)
+    stream = engine.stream(request)
+    assert next(stream)
+    request.cancel.set()
+    assert list(stream) == [] or stream.completion.stop_reason == "cancelled"
+    time.sleep(1.0)  # the server notices at its next token and prints its figures
+    runs = _generated_runs(log_path)
+    assert runs and runs[-1] < 200, f"the server generated {runs[-1:]} of 1500 tokens"

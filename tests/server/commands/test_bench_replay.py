@@ -47,6 +47,26 @@ def test_short_replay_reports_every_figure(tmp_path, tiny_model_dir):
         assert key in result
 
 
+@pytest.mark.parametrize("kind", ["openai", "llamacpp"])
+def test_replay_runs_unchanged_through_a_real_llama_cpp_server(tmp_path, llama_server, kind):
+    url, _ = llama_server
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "sample.py").write_text(SAMPLE.read_text())
+    if kind == "llamacpp":  # llama-cpp-python serves no /infill: llama.cpp's own server does (see the README)
+        pytest.skip("llama-cpp-python's server has no /infill endpoint")
+    out = subprocess.run(
+        [sys.executable, "-m", "memosight.server.cli", "bench", "replay", "--corpus", str(corpus),
+         "--backend", f"{kind}={url}", "--functions", "1", "--max-chars", "300", "--key-ms", "2",
+         "--pause-ms", "300", "--json"], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["answered"] > 0 and result["with_suggestion"] > 0 and result["stale_suggestions"] == 0
+    backend = result["backend"]
+    assert backend["kind"] == kind and backend["state"] == "ok" and backend["fallback_requests"] == 0
+    assert backend["shared_prefix_share"] > 0.5  # consecutive prompts start alike: a prefix cache pays
+
+
 def test_server_settings_are_read_as_an_editor_would_send_them():
     assert setting("prefill_on_edit=false") == ("prefill_on_edit", False)
     assert setting("context_budget=512") == ("context_budget", 512)
