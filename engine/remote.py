@@ -141,7 +141,9 @@ class RemoteEngine(Engine):
     # --- one request -----------------------------------------------------------------------------
 
     def _generate(self, request: CompletionRequest) -> Generator[str, None, Completion]:
-        if self._fallback_factory is not None and self.state == "unreachable" and time.monotonic() < self.retry_at:
+        if self.state == "unreachable" and time.monotonic() < self.retry_at:  # backing off: no new try yet
+            if self._fallback_factory is None:
+                raise RemoteError("unreachable", self.last_error or f"cannot reach {self.settings.url}")
             return (yield from self._from_fallback(request))
         started = time.perf_counter()
         try:

@@ -312,3 +312,13 @@ def test_cancelling_stops_the_real_servers_generation(llama_server):
     time.sleep(1.0)  # the server notices at its next token and prints its figures
     runs = _generated_runs(log_path)
     assert runs and runs[-1] < 200, f"the server generated {runs[-1:]} of 1500 tokens"
+
+
+def test_without_a_fallback_a_dead_server_is_not_asked_again_until_the_backoff_ends(server):
+    url = server.url()
+    server.stop()
+    engine = engine_for(url)
+    for _ in range(3):
+        with pytest.raises(RemoteError, match="cannot reach"):
+            engine.stream(CompletionRequest("a", "")).result()
+    assert engine.status()["backend"]["failures"] == 1  # one try; the others waited for the backoff
