@@ -62,6 +62,20 @@ def open_remote_engine(settings: RemoteSettings, fallback: Callable[[], Engine] 
     return RemoteEngine(settings, tokenizer, fallback)
 
 
+def without_start(pieces: Iterator[str], start: str) -> Iterator[str]:
+    """`pieces` with `start` taken off the beginning of their text where they begin with it (as
+    much of it as they begin with: an answer may begin with less, or with none, of it)."""
+    try:
+        for piece in pieces:
+            while start and piece and piece[0] == start[0]:
+                piece, start = piece[1:], start[1:]
+            if piece:
+                start = ""  # the answer went on with something else: nothing more to take off
+                yield piece
+    finally:
+        pieces.close()
+
+
 def session_id(user: str, workspace: str) -> str:
     """A stable, anonymous id for (user, workspace): no names leave the machine."""
     return hashlib.sha256(f"{user}\0{workspace}".encode()).hexdigest()[:16]
@@ -146,8 +160,9 @@ class RemoteEngine(Engine):
                 raise RemoteError("unreachable", self.last_error or f"cannot reach {self.settings.url}")
             return (yield from self._from_fallback(request))
         started = time.perf_counter()
+        report: dict = {}
         try:
-            events = self._open(request)
+            events = self._open(request, report)
         except RemoteError as exc:
             self._failed(exc)
             if exc.kind in UNREACHABLE and self._fallback_factory is not None:
@@ -158,9 +173,9 @@ class RemoteEngine(Engine):
         watcher.start()
         state = StreamState(started=started)
         first_token_ms = 0.0
-        report: dict = {}
         try:
-            for piece in stream_pieces(self._pieces(events, report), request.stop, state):
+            pieces = without_start(self._pieces(events, report), report["healed"])
+            for piece in stream_pieces(pieces, request.stop, state):
                 if request.cancel.is_set():
                     state.stop_reason = "cancelled"
                     break
@@ -243,11 +258,15 @@ class RemoteEngine(Engine):
         stops = (["\n"] if request.stop.single_line else []) + [s for s in request.stop.stop_strings if s]
         return stops[:4]  # OpenAI's limit; the stop rules catch the rest here
 
-    def _open(self, request: CompletionRequest) -> EventStream:
+    def _open(self, request: CompletionRequest, report: dict) -> EventStream:
         s = self.settings
         base = s.url.rstrip("/")
+        # A prompt ending in spaces ends inside what the model writes as one token (" name"): send it
+        # without them, and take them off the start of the answer (a whitespace-only token healing)
+        prefix = request.prefix.rstrip(" \t")
+        report["healed"] = request.prefix[len(prefix):]
         if s.kind == "openai":
-            prompt = self.render_prompt(request.prefix, request.suffix)
+            prompt = self.render_prompt(prefix, request.suffix)
             body = {"prompt": prompt, "max_tokens": request.max_new_tokens, "temperature": 0, "stream": True,
                     "stream_options": {"include_usage": True}}
             if s.model:
@@ -256,8 +275,8 @@ class RemoteEngine(Engine):
                 body["stop"] = stops
             url = f"{base}/completions"
         else:
-            prompt = request.prefix + request.suffix
-            body = {"input_prefix": request.prefix, "input_suffix": request.suffix, "input_extra": [],
+            prompt = prefix + request.suffix
+            body = {"input_prefix": prefix, "input_suffix": request.suffix, "input_extra": [],
                     "n_predict": request.max_new_tokens, "cache_prompt": True, "stream": True, "temperature": 0,
                     "samplers": ["top_k"], "top_k": 1}
             if request.stop.time_budget_ms:

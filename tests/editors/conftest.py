@@ -29,7 +29,9 @@ vim.opt.swapfile = false
 require("memosight").setup({{{setup}
   cmd = {{ os.getenv("MEMOSIGHT_PYTHON"), "-m", "memosight.server", "--stdio", "--log-level", "debug" }},
   settings = {{ model = os.getenv("MEMOSIGHT_MODEL"), max_new_tokens = tonumber(os.getenv("MEMOSIGHT_MAX_NEW_TOKENS")),
-               token_healing = false }},  -- the repeater model writes "x" forever: no rewriting of the word first
+               token_healing = false,  -- the repeater model writes "x" forever: no rewriting of the word first
+               backend = os.getenv("MEMOSIGHT_BACKEND_URL")
+                 and {{ kind = "openai", url = os.getenv("MEMOSIGHT_BACKEND_URL"), fallback = "none" }} or nil }},
 }})
 """
 
@@ -162,7 +164,8 @@ class HeadlessNvim:
             env[f"XDG_{xdg}_HOME"] = str(self.tmp_path / xdg.lower())
         return env
 
-    def run(self, driver_lua: str, model: Path, setup: str = "", show: tuple[str, ...] = ()) -> dict:
+    def run(self, driver_lua: str, model: Path, setup: str = "", show: tuple[str, ...] = (),
+            backend_url: str = "") -> dict:
         """Opens SOURCE in nvim with the plugin set up (`setup`: more setup() fields), runs the driver
         (DRIVER_PRELUDE + driver_lua) and returns its `out`. Fails with the driver's error, its events, the
         `show` fields of `out`, nvim's stderr and the LSP log; skips when the driver set `out.skip`."""
@@ -176,7 +179,7 @@ class HeadlessNvim:
         env = self.env(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", MEMOSIGHT_PYTHON=sys.executable,
                        MEMOSIGHT_MODEL=str(model),
                        MEMOSIGHT_MAX_NEW_TOKENS=str(self.max_new_tokens), MEMOSIGHT_FILE=str(source),
-                       MEMOSIGHT_RESULT=str(result))
+                       MEMOSIGHT_RESULT=str(result), **({"MEMOSIGHT_BACKEND_URL": backend_url} if backend_url else {}))
         proc = subprocess.run([self.binary, "--headless", "--clean", "-u", str(tmp_path / "init.lua"), "-i", "NONE",
                                "-c", f"luafile {tmp_path / 'driver.lua'}"],
                               env=env, cwd=source.parent, stdin=subprocess.DEVNULL, capture_output=True, text=True,

@@ -108,3 +108,40 @@ def test_inline_completion_is_shown_accepted_and_counted(headless_nvim, repeater
     assert out["status"]["state"] == "ready"
     assert "accepted" in out["notifications"][-1]  # :MemoSightStatus showed the same counters
     print(f"nvim end-to-end: {time.monotonic() - started:.1f} s; {out['events']}")
+
+
+BACKEND_DRIVER_LUA = r"""
+if not (vim.lsp and vim.lsp.inline_completion) then
+  out.skip = "this Neovim has no vim.lsp.inline_completion (needs 0.12)"
+  finish(nil)
+  return
+end
+run(function()
+  local buf, client = open_file()
+  wait_for("inline completion on the buffer", 10000, function()
+    return vim.tbl_get(vim.lsp, "_capability", "all", "inline_completion", "active", buf)
+  end)
+  vim.api.nvim_input("GA")
+  local ns = vim.api.nvim_create_namespace("nvim.lsp.inline_completion")
+  out.ghost = wait_for("ghost text from the llama.cpp server", 50000, function()
+    for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(buf, ns, 0, -1, { details = true })) do
+      local parts = {}
+      for _, chunk in ipairs(mark[4].virt_text or {}) do table.insert(parts, chunk[1]) end
+      if #parts > 0 then return table.concat(parts) end
+    end
+  end)
+  out.line_after = accept_with_tab()
+  out.status = status_once_accepted(buf, 1)
+  vim.api.nvim_input("<Esc>")
+  stop_server(client)
+end)
+"""
+
+
+def test_the_same_plugin_completes_through_a_real_llama_cpp_server(headless_nvim, repeater_model_dir, llama_server):
+    url, _ = llama_server
+    out = headless_nvim.run(BACKEND_DRIVER_LUA, repeater_model_dir, backend_url=url, show=("ghost",))
+    assert out["ghost"] and not out["ghost"].startswith("x" * 3)  # the server's model, not the local repeater
+    assert out["line_after"] == "    return " + out["ghost"]
+    backend = out["status"]["backend"]
+    assert backend["kind"] == "openai" and backend["state"] == "ok" and backend["fallback_requests"] == 0
