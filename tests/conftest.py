@@ -190,39 +190,73 @@ def code_corpus(tmp_path) -> Path:
     return corpus
 
 
-# --- a real llama.cpp server (llama-cpp-python's), serving the embedded model exported to GGUF -----
+# --- real llama.cpp servers, serving the embedded model exported to GGUF ----------------------------
 
 @pytest.fixture(scope="session")
-def llama_server(tmp_path_factory):
-    """`python -m llama_cpp.server` on the embedded model written by `memosight export gguf`."""
-    import socket
+def embedded_gguf(tmp_path_factory) -> Path:
+    """The embedded model written by `memosight export gguf`."""
+    from memosight.server.cli import main
+
+    model = tmp_path_factory.mktemp("gguf") / "memosight.gguf"
+    assert main(["export", "gguf", "--out", str(model)]) == 0
+    return model
+
+
+def _serve(command: list[str], ready_url: str, log_path: Path):
+    """Start a server process, wait until `ready_url` answers; returns the process and its log file."""
     import subprocess
     import urllib.request
 
-    pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python[server] is in the dev extras")
-    from memosight.server.cli import main
-
-    folder = tmp_path_factory.mktemp("llama")
-    model = folder / "memosight.gguf"
-    assert main(["export", "gguf", "--out", str(model)]) == 0
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(folder / "server.log", "w")
-    process = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--port", str(port),
-                                "--n_ctx", "2048", "--n_threads", "1"], stdout=log, stderr=subprocess.STDOUT,
-                               env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    url = f"http://127.0.0.1:{port}/v1"
+    log = open(log_path, "w")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     deadline = time.monotonic() + 60
     while True:
         try:
-            urllib.request.urlopen(f"{url}/models", timeout=1)
-            break
+            urllib.request.urlopen(ready_url, timeout=1)
+            return process, log
         except OSError:
-            assert process.poll() is None, (folder / "server.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "llama.cpp's server did not start"
+            assert process.poll() is None, log_path.read_text()[-2000:]
+            assert time.monotonic() < deadline, f"{command[0]} did not start"
             time.sleep(0.3)
-    yield url, folder / "server.log"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def llama_server(embedded_gguf):
+    """llama-cpp-python's server (OpenAI endpoints; a dev dependency): (its /v1 URL, its log)."""
+    pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python[server] is in the dev extras")
+    port, log_path = _free_port(), embedded_gguf.parent / "llama-cpp-python.log"
+    url = f"http://127.0.0.1:{port}/v1"
+    process, log = _serve([sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_gguf), "--port", str(port),
+                           "--n_ctx", "2048", "--n_threads", "1"], f"{url}/models", log_path)
+    yield url, log_path
+    process.terminate()
+    process.wait(10)
+    log.close()
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_server(embedded_gguf):
+    """llama.cpp's own `llama-server` (it serves /infill): $MEMOSIGHT_LLAMA_SERVER or `llama-server` on
+    the PATH; no wheel ships it, so the tests that need it skip where it was not built (the README
+    says how). (its base URL, its log)."""
+    import shutil
+
+    binary = os.environ.get("MEMOSIGHT_LLAMA_SERVER") or shutil.which("llama-server")
+    if not binary:
+        pytest.skip("llama.cpp's llama-server is not built here (set MEMOSIGHT_LLAMA_SERVER to it)")
+    port, log_path = _free_port(), embedded_gguf.parent / "llama-server.log"
+    url = f"http://127.0.0.1:{port}"
+    process, log = _serve([binary, "-m", str(embedded_gguf), "--port", str(port), "-c", "2048", "-t", "1",
+                           "-np", "1"], f"{url}/health", log_path)
+    yield url, log_path
     process.terminate()
     process.wait(10)
     log.close()

@@ -4,6 +4,7 @@ reaches the server, TLS with a CA made here, the API key from its environment va
 fallback while the server is down."""
 
 import json
+import re
 import socket
 import threading
 import time
@@ -287,8 +288,6 @@ def test_while_the_server_is_down_the_fallback_answers_and_the_server_is_retried
 
 def _generated_runs(log_path) -> list[int]:
     """Tokens llama.cpp generated per completion, from its own performance lines."""
-    import re
-
     return [int(n) for n in re.findall(r"^llama_perf_context_print:\s+eval time =.*/\s+(\d+) runs",
                                        log_path.read_text(), re.M)]
 
@@ -331,3 +330,27 @@ def test_without_a_fallback_a_dead_server_is_not_asked_again_until_the_backoff_e
         with pytest.raises(RemoteError, match="cannot reach"):
             engine.stream(CompletionRequest("a", "")).result()
     assert engine.status()["backend"]["failures"] == 1  # one try; the others waited for the backoff
+
+
+def test_llama_cpps_own_server_fills_in_the_middle_and_reports_its_cache(llama_cpp_server):
+    url, _ = llama_cpp_server
+    engine = engine_for(url, "llamacpp", timeout_ms=20000, first_token_timeout_ms=20000)
+    prefix, suffix = "def add(a, b):\n    return", "\n\n\ndef sub(a, b):\n    return a - b\n"
+    first = engine.stream(CompletionRequest(prefix, suffix, max_new_tokens=16)).result()
+    again = engine.stream(CompletionRequest(prefix + " a", suffix, max_new_tokens=16)).result()
+    assert first.text and first.prompt_tokens > 0
+    assert again.reused_tokens > 0  # cache_prompt: the second prompt starts as the first did
+    assert engine.status()["backend"]["server_cached_share"] > 0
+
+
+def test_cancelling_stops_llama_cpps_own_server(llama_cpp_server):
+    url, log_path = llama_cpp_server
+    engine = engine_for(url, "llamacpp", timeout_ms=60000, first_token_timeout_ms=20000)
+    request = CompletionRequest("import os\n\n\ndef main():\n", "", max_new_tokens=1500)
+    stream = engine.stream(request)
+    assert next(stream)
+    request.cancel.set()
+    list(stream)
+    time.sleep(1.0)  # the server notices at its next token and logs the task's figures
+    decoded = [int(n) for n in re.findall(r"^\s*eval time =.*/\s+(\d+) tokens", log_path.read_text(), re.M)]
+    assert decoded and decoded[-1] < 200, f"the server decoded {decoded[-1:]} of 1500 tokens"

@@ -47,14 +47,12 @@ def test_short_replay_reports_every_figure(tmp_path, tiny_model_dir):
         assert key in result
 
 
-@pytest.mark.parametrize("kind", ["openai", "llamacpp"])
-def test_replay_runs_unchanged_through_a_real_llama_cpp_server(tmp_path, llama_server, kind):
-    url, _ = llama_server
+@pytest.mark.parametrize("kind,server", [("openai", "llama_server"), ("llamacpp", "llama_cpp_server")])
+def test_replay_runs_unchanged_through_a_real_llama_cpp_server(tmp_path, request, kind, server):
+    url, _ = request.getfixturevalue(server)  # llama-cpp-python's server (/v1), llama.cpp's own (/infill)
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "sample.py").write_text(SAMPLE.read_text())
-    if kind == "llamacpp":  # llama-cpp-python serves no /infill: llama.cpp's own server does (see the README)
-        pytest.skip("llama-cpp-python's server has no /infill endpoint")
     out = subprocess.run(
         [sys.executable, "-m", "memosight.server.cli", "bench", "replay", "--corpus", str(corpus),
          "--backend", f"{kind}={url}", "--functions", "1", "--max-chars", "300", "--key-ms", "2",
