@@ -354,3 +354,14 @@ def test_cancelling_stops_llama_cpps_own_server(llama_cpp_server):
     time.sleep(1.0)  # the server notices at its next token and logs the task's figures
     decoded = [int(n) for n in re.findall(r"^\s*eval time =.*/\s+(\d+) tokens", log_path.read_text(), re.M)]
     assert decoded and decoded[-1] < 200, f"the server decoded {decoded[-1:]} of 1500 tokens"
+
+
+def test_a_proxy_from_the_environment_is_used_unless_no_proxy_exempts_the_host(server, monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.port}")  # the fake server plays the proxy
+    monkeypatch.setenv("NO_PROXY", "")
+    server.pieces = ["ok"]
+    assert engine_for("http://gpu-box.internal:8000/v1").stream(CompletionRequest("a", "")).result().text == "ok"
+    assert server.requests[-1]["path"] == "http://gpu-box.internal:8000/v1/completions"  # asked of the proxy
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    engine_for(server.url()).stream(CompletionRequest("a", "")).result()
+    assert server.requests[-1]["path"] == "/v1/completions"  # straight to the server
