@@ -351,9 +351,12 @@ def test_cancelling_stops_llama_cpps_own_server(llama_cpp_server):
     assert next(stream)
     request.cancel.set()
     list(stream)
-    time.sleep(1.0)  # the server notices at its next token and logs the task's figures
-    decoded = [int(n) for n in re.findall(r"^\s*eval time =.*/\s+(\d+) tokens", log_path.read_text(), re.M)]
-    assert decoded and decoded[-1] < 200, f"the server decoded {decoded[-1:]} of 1500 tokens"
+    time.sleep(1.0)  # the server notices at its next token and logs it
+    log = log_path.read_text()
+    cancelled = re.findall(r"cancel task, id_task = (\d+)", log)
+    assert cancelled, "the server never saw the cancel"
+    kept = re.findall(rf"task {cancelled[-1]} \| stop processing: n_tokens = (\d+)", log)
+    assert kept and int(kept[-1]) < 200, f"the cancelled task held {kept} tokens (prompt + decoded) of 1500"
 
 
 def test_a_proxy_from_the_environment_is_used_unless_no_proxy_exempts_the_host(server, monkeypatch):
