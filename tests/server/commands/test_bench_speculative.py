@@ -19,7 +19,7 @@ def test_bench_speculative_reports_every_method_with_and_without_prefill(own_mod
                          "spec_all"}  # no heads in this model folder: no spec_heads
     assert rows["hf_greedy"]["speedup"] == 1.0
     for row in rows.values():
-        assert row["exact_match"] == 1.0, row["method"]  # float32: every method is greedy
+        assert row["exact_match"] == row["plain_match"] == 1.0, row["method"]  # float32: every method is greedy
         assert row["tokens_per_s"] > 0 and row["tokens_per_s_with_prefill"] < row["tokens_per_s"]
     assert rows["spec_all"]["tokens_per_step"] >= 1.0
     assert summary["keystroke_reuse"]["prefilled_tokens"] < summary["keystroke_reuse"]["prompt_tokens"]
@@ -39,3 +39,15 @@ def test_bench_speculative_with_a_draft_model_adds_it_and_transformers_assisted_
     assert set(rows) == {"hf_greedy", "hf_assisted", "spec_draft_model", "spec_draft_ngram", "spec_all"}
     for row in rows.values():
         assert row["exact_match"] == 1.0, row["method"]
+
+
+def test_bench_speculative_int8_is_lossless_against_its_own_plain_greedy(tiny_model_dir, code_corpus, capsys):
+    (code_corpus / "long.py").write_text("\n\n".join(f.read_text() for f in sorted(code_corpus.iterdir())))
+    assert main(["bench", "speculative", "--model", str(tiny_model_dir), "--dtype", "int8", "--corpus",
+                 str(code_corpus), "--prompts", "2", "--min-new", "8", "--max-new", "12", "--prompt-chars", "600",
+                 "--methods", "hf_greedy,plain,spec_ngram,spec_all", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["dtype"] == "int8"
+    for row in summary["methods"]:
+        if row["method"] != "hf_greedy":
+            assert row["plain_match"] == 1.0, row["method"]
