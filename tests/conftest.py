@@ -72,62 +72,16 @@ def build_tiny_model(folder: Path, arch: str = "llama", fim: bool = True, seed: 
 
 
 def build_tiny_gguf(path: Path, model_dir: Path) -> Path:
-    """The tiny Llama at `model_dir` written as a GGUF file, the way llama.cpp's converter writes
-    one: llama.* hyperparameters, the byte-level BPE tokenizer, q/k rows in llama.cpp's order."""
-    import json
+    """The tiny Llama at `model_dir` written as a GGUF file, by the project's own exporter (what
+    llama.cpp's converter writes: llama.* hyperparameters, the BPE tokenizer, q/k rows reordered)."""
+    from types import SimpleNamespace
 
-    import gguf
+    from memosight.engine.export_gguf import export_gguf
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer, model = AutoTokenizer.from_pretrained(model_dir), AutoModelForCausalLM.from_pretrained(model_dir)
-    cfg = model.config
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_context_length(cfg.max_position_embeddings)
-    writer.add_embedding_length(cfg.hidden_size)
-    writer.add_block_count(cfg.num_hidden_layers)
-    writer.add_feed_forward_length(cfg.intermediate_size)
-    writer.add_head_count(cfg.num_attention_heads)
-    writer.add_head_count_kv(cfg.num_key_value_heads)
-    writer.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
-    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    writer.add_vocab_size(cfg.vocab_size)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    tokens = sorted(tokenizer.get_vocab(), key=tokenizer.get_vocab().get)
-    writer.add_token_list(tokens)
-    special = set(tokenizer.all_special_ids)
-    writer.add_token_types([3 if i in special else 1 for i in range(len(tokens))])  # 3: control
-    merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
-    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
-    writer.add_bos_token_id(tokenizer.eos_token_id)
-    writer.add_eos_token_id(tokenizer.eos_token_id)
-
-    def llama_cpp_order(w, heads: int):  # the rotary halves interleaved, as llama.cpp stores q and k
-        return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-    names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
-    for key, value in model.state_dict().items():
-        weight = value.detach().float()
-        if key == "model.embed_tokens.weight":
-            name = "token_embd.weight"
-        elif key == "model.norm.weight":
-            name = "output_norm.weight"
-        elif key == "lm_head.weight":
-            name = "output.weight"
-        else:
-            layer, rest = key.split(".")[2], ".".join(key.split(".")[3:-1])
-            name = f"blk.{layer}.{names[rest]}.weight"
-            if rest == "self_attn.q_proj":
-                weight = llama_cpp_order(weight, cfg.num_attention_heads)
-            elif rest == "self_attn.k_proj":
-                weight = llama_cpp_order(weight, cfg.num_key_value_heads)
-        writer.add_tensor(name, weight.numpy())
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    model = SimpleNamespace(model=AutoModelForCausalLM.from_pretrained(model_dir),
+                            tokenizer=AutoTokenizer.from_pretrained(model_dir), name="tiny-llama")
+    export_gguf(model, path)
     return path
 
 
