@@ -10,6 +10,7 @@ one-line change here.
 from __future__ import annotations
 
 import contextlib
+import time
 import functools
 import inspect
 
@@ -269,6 +270,10 @@ class PromptCache:
         self.prefix_tree = prefix_tree  # earlier prompts' blocks, for prompts that do not extend the last one
         self.reuse = True  # off for models whose cache cannot be cropped (sliding-window attention)
         self.prefill_threads = None  # threads.PrefillThreads on a multi-core CPU
+        # the last prefill_hidden's two parts, in ms: finding and rebuilding the cached prefix, and
+        # the forward over the rest (a request's latency breakdown reads them)
+        self.last_lookup_ms = 0.0
+        self.last_prefill_ms = 0.0
 
     def _reuse(self, model, input_ids: list[int]) -> int:
         """Bring the cache to the longest reusable prefix of `input_ids`; returns its length."""
@@ -299,7 +304,9 @@ class PromptCache:
         """Bring the cache to exactly `input_ids`; the last hidden state and the logits after it.
 
         Only the tail past the reusable prefix runs; the last token always does, for its logits."""
+        started = time.perf_counter()
         keep = self._reuse(model, input_ids)
+        looked_up = time.perf_counter()
         self.tokens = list(input_ids[:keep])  # what the cache holds, should the forward fail
         device = next(model.parameters()).device
         tail = input_ids[keep:]
@@ -309,7 +316,10 @@ class PromptCache:
         self.prompt_tokens += len(input_ids)
         self.reused_tokens += keep
         last = hidden[0, -1]
-        return last, model.get_output_embeddings()(last)
+        logits = model.get_output_embeddings()(last)
+        done = time.perf_counter()
+        self.last_lookup_ms, self.last_prefill_ms = (looked_up - started) * 1000, (done - looked_up) * 1000
+        return last, logits
 
     def warm(self, model, input_ids: list[int], cancel, chunk: int = 64) -> int:
         """Bring the cache to all of `input_ids` but the last token (a request runs that one for its

@@ -41,6 +41,22 @@ from .stops import StreamState, stream_text
 log = logging.getLogger(__name__)
 
 
+class TimedIterator(Iterator[int]):
+    """An iterator that adds up the time its source takes to produce each item (the model's share
+    of a request, apart from what the caller does with the items)."""
+
+    def __init__(self, source: Iterator[int]):
+        self.source = iter(source)
+        self.ms = 0.0
+
+    def __next__(self) -> int:
+        started = time.perf_counter()
+        try:
+            return next(self.source)
+        finally:
+            self.ms += (time.perf_counter() - started) * 1000
+
+
 class LocalEngine:
     """Implements the Engine protocol in this process; `generate` and `complete` are the Python API."""
 
@@ -192,8 +208,11 @@ class LocalEngine:
                 self.reset_caches()
             prompt = self.prompt(request.prefix, request.suffix, heal=request.options.heal, fim=request.options.fim)
             ids = prompt.ids
+            rendered = time.perf_counter()
             state = StreamState(started=start)
             reused_before = self.prompt_cache.reused_tokens
+            self.prompt_cache.last_lookup_ms = self.prompt_cache.last_prefill_ms = 0.0
+            self.speculator.last_steps = []
             first_ms = None
             if prompt.healed:
                 tokens = self._healed_tokens(prompt, request.max_new_tokens, self.end_ids, request.cancel,
@@ -206,15 +225,22 @@ class LocalEngine:
             def after_cursor(generated: list[int]) -> str:
                 return self.decode(generated)[cut:]
 
+            tokens = TimedIterator(tokens)
             for piece in stream_text(tokens, after_cursor, request.stop, self.end_ids, state):
                 if first_ms is None:
                     first_ms = (time.perf_counter() - start) * 1000
                 yield piece
+            streamed = time.perf_counter()
             # Across requests: the next keystroke often types the start of this suggestion.
             self.speculator.finish(ids[-32:] + self.encode(prompt.healed + state.text))
             self.prompt_cache.remember()
             self.heap.touch()
-        latency = (time.perf_counter() - start) * 1000
+        end = time.perf_counter()
+        latency = (end - start) * 1000
+        lookup, prefill = self.prompt_cache.last_lookup_ms, self.prompt_cache.last_prefill_ms
+        stages = {"render": (rendered - start) * 1000, "kv_lookup": lookup, "prefill": prefill,
+                  "decode": tokens.ms - lookup - prefill,
+                  "stop_rule": (streamed - rendered) * 1000 - tokens.ms, "finish": (end - streamed) * 1000}
         if request.cancel.is_set():
             state.stop_reason = "cancelled"
         else:
@@ -224,7 +250,8 @@ class LocalEngine:
                   len(ids), self.prompt_cache.reused_tokens - reused_before, state.tokens, latency,
                   state.stop_reason)
         return Completion(state.text, state.tokens, len(ids), latency, first_ms if first_ms is not None else latency,
-                          state.stop_reason, self.prompt_cache.reused_tokens - reused_before)
+                          state.stop_reason, self.prompt_cache.reused_tokens - reused_before,
+                          {k: round(v, 3) for k, v in stages.items()}, list(self.speculator.last_steps))
 
     # Long enough to run at full speed, short enough that a request waits at most one chunk (~0.2 s
     # for a 135M model on one CPU core) when it cancels the warm-up it follows.

@@ -81,6 +81,12 @@ class Completion:
     # "eos" | "max_tokens" | "newline" | "suffix" | "stop_string" | "block_end" | "cancelled" | "time_budget"
     stop_reason: str
     reused_tokens: int = 0  # prompt tokens served from the KV cache instead of prefilled
+    # Where latency_ms went, in ms, in the order it happened: for the in-process engine "render"
+    # (FIM template, tokenizer, healing), "kv_lookup", "prefill", "decode", "stop_rule" (detokenizing
+    # and the stop rules); they add up to latency_ms. A remote engine reports what it can see.
+    stages_ms: dict[str, float] = field(default_factory=dict)
+    # each decoding step: (draft nodes verified, drafts accepted, ms drafting, ms in all)
+    steps: list[tuple[int, int, float, float]] = field(default_factory=list)
 
 
 class Stream(Iterator[str]):

@@ -180,6 +180,8 @@ class Speculator:
         self.drafters = sorted(drafters, key=lambda d: d.standby)
         self.controller = controller or DraftController()
         self.stats = SpecStats()
+        # the last request's verification steps: (nodes drafted, drafts accepted, ms drafting, ms in all)
+        self.last_steps: list[tuple[int, int, float, float]] = []
 
     def drafter(self, name: str) -> DraftSource | None:
         return next((d for d in self.drafters if d.name == name), None)
@@ -196,6 +198,7 @@ class Speculator:
         context = list(input_ids)
         produced = 0
         self.controller.reset()
+        self.last_steps = []
         while True:
             if cancel is not None and cancel.is_set():
                 return
@@ -211,13 +214,17 @@ class Speculator:
                 return
             started = time.perf_counter()
             proposals, asked = self.propose(state)
+            drafted = time.perf_counter()
             tree = build_tree(root, [c for cs in proposals.values() for c in cs],
                               max_nodes=self.controller.nodes + 1, max_depth=remaining - 1)
             verified = self.verify(model, prompt_cache, tree, hidden_last)
             path = accept_longest_path(tree, verified.greedy_next)
             self.commit(prompt_cache, verified, path)
             accepted = [tree.tokens[i] for i in path]
-            self.account(tree, path, asked, time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            self.account(tree, path, asked, seconds)
+            self.last_steps.append((len(tree) - 1, len(path) - 1, round((drafted - started) * 1000, 3),
+                                    round(seconds * 1000, 3)))
             self.observe(StepOutcome(state, proposals, accepted[1:], verified.greedy_next[path[-1]],
                                      verified=len(tree) > 1))
             context.extend(accepted)

@@ -308,6 +308,8 @@ async def _pull_client_configuration(ls: MemoSightServer) -> None:
 
 
 async def _suggest(ls: MemoSightServer, uri: str, position: types.Position) -> tuple[Suggestion | None, Document]:
+    request_id = ls.protocol.msg_id
+    timeline = ls.protocol.timeline_for(request_id)  # ended when the answer is written (rpc.py)
     doc = ls.document(uri)
     ls.reload_config_file_if_changed()
     settings = ls.settings
@@ -321,14 +323,14 @@ async def _suggest(ls: MemoSightServer, uri: str, position: types.Position) -> t
         ls.report(f"MemoSight: {uri} looks binary (it has NUL bytes); no completions for this file")
         return None, doc
     cursor = doc.offset_at(_to_position(position))
-    request_id = ls.protocol.msg_id
 
     def on_partial(text: str) -> None:  # only for clients that asked for streaming (see wants_partials)
         ls.protocol.notify(PARTIAL_METHOD, {"id": request_id, "uri": uri, "position": {"line": position.line,
                                                                     "character": position.character},
                                            "text": text})
 
-    answer = await ls.suggester.suggest(doc, cursor, settings, on_partial if wants_partials(ls) else None)
+    answer = await ls.suggester.suggest(doc, cursor, settings, on_partial if wants_partials(ls) else None,
+                                        timeline=timeline)
     for message in answer.messages:
         ls.report(f"MemoSight: {message}", types.MessageType.Error)
     return answer.suggestion, answer.seen

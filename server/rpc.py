@@ -19,6 +19,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,6 +29,8 @@ from lsprotocol import types
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.json_rpc import JsonRPCRequestMessage, JsonRPCResponseMessage
 from pygls.protocol.language_server import lsp_method
+
+from .timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,9 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 SERVER_NOT_INITIALIZED = -32002
+REQUEST_CANCELLED = -32800
+# requests whose latency is broken down by stage (timeline.py)
+TIMED_METHODS = {types.TEXT_DOCUMENT_INLINE_COMPLETION, types.TEXT_DOCUMENT_COMPLETION}
 
 
 class Framer:
@@ -192,11 +198,15 @@ class MemoSightProtocol(LanguageServerProtocol):
         super().__init__(server, converter)
         self.initialized = False  # a valid initialize request was handled
         self._finished: list = []  # ids of notification futures that are done, to drop (see _execute_handler)
+        self._reading = 0.0  # when the message being dispatched was read
+        self.received_at: dict = {}  # request id -> when it was read (for the completion handlers)
+        self.timelines: dict = {}  # request id -> its Timeline, ended once its answer is written
 
     # --- reading --------------------------------------------------------------------------------
 
     def receive(self, body: bytes) -> None:
         """One message body: parsed, checked, handed to its handler or answered with an error."""
+        self._reading = time.perf_counter()
         try:
             data = json.loads(body, parse_constant=_no_constants)
         except (ValueError, RecursionError) as exc:
@@ -274,6 +284,10 @@ class MemoSightProtocol(LanguageServerProtocol):
             except Exception as exc:  # noqa: BLE001 - cattrs reports a bad field in many ways
                 self.reply_error(msg_id, INVALID_PARAMS, f"Invalid params for {method}: {_params_error(exc)}")
                 return
+        if method in TIMED_METHODS:
+            if len(self.received_at) > 1000:  # stamps of requests whose handler never asked for them
+                self.received_at.clear()
+            self.received_at[msg_id] = self._reading
         self.handle_message(message)
         if method == types.INITIALIZE:
             self.initialized = True
@@ -332,6 +346,29 @@ class MemoSightProtocol(LanguageServerProtocol):
         future = None if answers else self._request_futures.get(msg_id)
         if future is not None:
             future.add_done_callback(lambda _: self._finished.append(msg_id))
+
+    # --- timing: where a completion request's milliseconds go (timeline.py) ----------------------
+
+    def timeline_for(self, msg_id) -> Timeline:
+        """A timeline for the request being handled, started when it was read; its answer, when
+        written, ends it and hands it to the server's figures."""
+        timeline = Timeline(self.received_at.pop(msg_id, None))
+        timeline.mark("queue")
+        self.timelines[msg_id] = timeline
+        return timeline
+
+    def _send_response(self, msg_id, result=None, error=None):
+        timeline = self.timelines.pop(msg_id, None) if msg_id is not None else None
+        if timeline is not None:
+            timeline.mark("resume")  # the event loop, from the handler's end to here
+        super()._send_response(msg_id, result, error)
+        if timeline is not None:
+            timeline.mark("reply")
+            if error is not None:
+                timeline.kind = "cancelled" if error.code == REQUEST_CANCELLED else "error"
+            suggester = getattr(self._server, "suggester", None)
+            if suggester is not None:
+                suggester.record_timeline(timeline, msg_id)
 
     def _knows(self, method: str) -> bool:
         return method in self.fm.builtin_features or method in self.fm.features

@@ -30,6 +30,7 @@ from .context.truncation import truncate_around_cursor
 from .context.workspace import WorkspaceIndex
 from .documents import Document
 from .mode import completion_mode, max_new_tokens, post_process
+from .timeline import StageStats, Timeline
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +161,7 @@ class Suggester:
         self._shown_failures: dict[str, float] = {}  # failure kind -> when it was last shown
         self._stopped = False
         self.counters = Counters()
+        self.stages = StageStats()  # where the milliseconds of answered requests went
         self.last_error: str | None = None
         self.compressor = ContextCompressor()
 
@@ -208,7 +210,7 @@ class Suggester:
     # --- context --------------------------------------------------------------------------------
 
     def build_context(self, engine: Engine, doc: Document, cursor: int, settings: Settings,
-                      others: list[Document] | None = None) -> PackedContext:
+                      others: list[Document] | None = None, timeline: Timeline | None = None) -> PackedContext:
         """The compressed context at `cursor`: regions of `doc`, of the other open documents
         (`others`, else every open document) and of the workspace files that define names used near
         the cursor, packed into settings.context_budget model tokens."""
@@ -216,6 +218,8 @@ class Suggester:
             if others is None:
                 others = self._open_documents()
             others = others + self.workspace_documents(doc, cursor, others)
+            if timeline is not None:
+                timeline.mark("workspace")
             return self.compressor.build(doc, cursor, settings.context_budget, settings.suffix_share,
                                          engine.count_tokens, others)
         except Exception:  # noqa: BLE001 - a compressor bug must not cost the user the completion
@@ -299,16 +303,19 @@ class Suggester:
             job.generation.cancel.set()
 
     async def suggest(self, doc: Document, cursor: int, settings: Settings,
-                      on_partial: Callable[[str], None] | None = None, *, cold: bool = False) -> Answer:
+                      on_partial: Callable[[str], None] | None = None, *, cold: bool = False,
+                      timeline: Timeline | None = None) -> Answer:
         """The suggestion at `cursor`, with any messages for the user. An engine that fails is
         reported in the messages; the request then gets no suggestion.
 
         Raises asyncio.CancelledError when the client cancelled the request. `cold` asks the engine
-        to forget its caches first (cold-start measurements).
+        to forget its caches first (cold-start measurements). `timeline` collects where the time
+        goes (see timeline.py); the caller ends it once the answer is written.
         """
+        timeline = timeline if timeline is not None else Timeline()
         ticket = Ticket.of(doc, cursor)
         try:
-            suggestion = await self._suggest(ticket, settings, on_partial, cold)
+            suggestion = await self._suggest(ticket, settings, on_partial, cold, timeline)
         except Exception as exc:  # not CancelledError: that is the client's cancel, and propagates  # noqa: BLE001 - the server answers every request and stays up
             log.exception("completion failed")
             self.counters.errors += 1
@@ -316,6 +323,9 @@ class Suggester:
             if self._first_this_hour(getattr(exc, "kind", None) or str(exc)):
                 self._messages.append(str(exc))
             suggestion = None
+        timeline.mark("resume")
+        if suggestion is None and timeline.kind not in ("cancelled",):
+            timeline.kind = "empty"
         messages = []
         while self._messages:
             messages.append(self._messages.popleft())
@@ -330,7 +340,8 @@ class Suggester:
         self._shown_failures[kind] = now
         return True
 
-    async def _suggest(self, ticket: Ticket, settings: Settings, on_partial, cold: bool) -> Suggestion | None:
+    async def _suggest(self, ticket: Ticket, settings: Settings, on_partial, cold: bool,
+                       timeline: Timeline) -> Suggestion | None:
         doc, cursor = ticket.doc, ticket.cursor
         self.counters.requests += 1
         started = time.perf_counter()
@@ -343,6 +354,8 @@ class Suggester:
                 old.generation.cancel.set()
             self.counters.typed_through += 1
             self.counters.completed += 1
+            timeline.kind = "typed_through"
+            timeline.mark("handler")
             latency = (time.perf_counter() - started) * 1000
             self.counters.latencies_ms.append(latency)
             return Suggestion(rest, cursor, latency, 0, "typed_through")
@@ -359,11 +372,18 @@ class Suggester:
                 engine = await asyncio.shield(asyncio.wrap_future(self.ensure_engine(settings)))
                 if gen.cancel.is_set():
                     return self._finish_cancelled(job)
+                timeline.mark("handler")
                 gen.future = self._executor.submit(self._generate, engine, ticket, settings, gen, on_partial,
-                                                   loop, cold)
+                                                   loop, cold, timeline)
+            else:
+                timeline.mark("handler")
+                timeline.kind = "joined"
             # shield: a joined request that is cancelled must not cancel the shared generation's future
             suggestion = await asyncio.shield(asyncio.wrap_future(gen.future))
+            if timeline.kind == "joined":
+                timeline.mark("joined")
         except asyncio.CancelledError:
+            timeline.kind = "cancelled"
             if self._jobs.get(doc.uri) is job:
                 gen.cancel.set()
             self.counters.cancelled += 1
@@ -398,8 +418,9 @@ class Suggester:
         return None
 
     def _generate(self, engine: Engine, ticket: Ticket, settings: Settings, gen: Generation, on_partial, loop,
-                  cold: bool) -> Suggestion | None:
+                  cold: bool, timeline: Timeline) -> Suggestion | None:
         """Runs on the engine thread: context, generation, post-processing."""
+        timeline.mark("engine_wait")
         if gen.cancel.is_set() or ticket.stale():
             return None
         start = time.perf_counter()
@@ -412,7 +433,8 @@ class Suggester:
                                         kv_cache_bytes=settings.kv_cache_mb * 2**20))
         view, view_cursor = doc.around(cursor)  # a large file: a window of it
         stop, multiline = completion_mode(view, view_cursor, settings)
-        context = self.build_context(engine, view, view_cursor, settings)
+        context = self.build_context(engine, view, view_cursor, settings, timeline=timeline)
+        timeline.mark("context")
         context_ms = (time.perf_counter() - start) * 1000
         if ticket.stale():  # an edit arrived while the context was built
             return None
@@ -429,13 +451,23 @@ class Suggester:
         finally:
             stream.close()  # whatever happened here, the engine is free for the next request
         completion = stream.result()
+        timeline.split(completion.stages_ms, "engine")
+        timeline.steps = completion.steps
         latency = (time.perf_counter() - start) * 1000
         log.debug("completion %s:%d %.1f ms (context %.1f ms, first piece %.1f ms) prompt %d tokens (%d cached), "
                   "%d new, %s, stop %s", doc.uri.rsplit("/", 1)[-1], cursor, latency, context_ms,
                   completion.first_token_ms, completion.prompt_tokens, completion.reused_tokens, completion.tokens,
                   "multi-line" if multiline else "single line", completion.stop_reason)
-        return Suggestion(post_process(completion.text, multiline), cursor, latency,
-                          completion.prompt_tokens, completion.stop_reason)
+        suggestion = Suggestion(post_process(completion.text, multiline), cursor, latency,
+                                completion.prompt_tokens, completion.stop_reason)
+        timeline.mark("post")
+        return suggestion
+
+    def record_timeline(self, timeline: Timeline, request_id=None) -> None:
+        """A request's answer was written: its stages go into the running figures and the log."""
+        timeline.end()
+        self.stages.add(timeline, request_id)
+        log.debug("request %s %s", request_id, timeline.log_line())
 
     def record_accepted(self, chars: int) -> None:
         self.counters.accepted += 1
@@ -447,7 +479,7 @@ class Suggester:
         if self._stopped:  # after the LSP shutdown request
             state = "stopped"
         out = {"state": state, "model": settings.model or "default", "device": None, "dtype": None,
-               "error": self.last_error, "requests": self.counters.to_json()}
+               "error": self.last_error, "requests": self.counters.to_json(), "breakdown": self.stages.to_json()}
         if engine is not None:
             out.update({k: v for k, v in engine.status().items() if k != "requests"})
         index = self._workspace()

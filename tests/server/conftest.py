@@ -73,7 +73,7 @@ class ScriptedEngine:
             state.stop_reason = "cancelled"
         latency = (time.perf_counter() - started) * 1000
         return Completion(state.text, state.tokens, self.count_tokens(request.prefix + request.suffix), latency,
-                          latency, state.stop_reason)
+                          latency, state.stop_reason, stages_ms={"decode": latency})
 
     def prefill(self, request: CompletionRequest) -> None:
         self.prefills.append(request)

@@ -399,3 +399,21 @@ async def test_after_an_engine_fault_mid_generation_the_next_completion_is_whole
         assert (await inline(client, uri, 1, 4)).items[0].insert_text == "hello"
         info = await lsp_status(client)
         assert info["faults"]["raised"] == 1 and info["requests"]["errors"] == 1
+
+
+async def test_status_breaks_each_answered_request_down_into_stages_that_add_up(tmp_path, lsp_session,
+                                                                              scripted_engine, lsp_status):
+    async with lsp_session(tmp_path, scripted_engine("abc", delay=0.01), init_options={"max_new_tokens": 4}) as client:
+        uri = open_doc(client, tmp_path / "a.py")
+        started = time.perf_counter()
+        await inline(client, uri, 1, 4)
+        client_ms = (time.perf_counter() - started) * 1000
+        breakdown = (await lsp_status(client))["breakdown"]
+        assert breakdown["requests"] == 1
+        stages = breakdown["stages_ms"]
+        for stage in ("queue", "handler", "engine_wait", "context", "decode", "post", "resume", "reply"):
+            assert stage in stages, (stage, str(list(stages)))
+        assert stages["decode"]["p50"] >= 40  # 4 tokens, 10 ms each
+        total = breakdown["total_ms"]["p50"]
+        assert sum(s["p50"] for s in stages.values()) == pytest.approx(total, rel=0.01)
+        assert total <= client_ms
