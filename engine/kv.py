@@ -10,9 +10,9 @@ one-line change here.
 from __future__ import annotations
 
 import contextlib
-import time
 import functools
 import inspect
+import time
 
 import torch
 from transformers import DynamicCache

@@ -236,6 +236,10 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
     @ls.feature(STATUS_METHOD)
     def status(ls: MemoSightServer, params) -> dict:
         out = ls.suggester.status(ls.settings)
+        # {"recent": true}: the last requests' timelines too (bench replay --breakdown)
+        recent = params.get("recent") if isinstance(params, dict) else getattr(params, "recent", False)
+        if recent is True:
+            out["breakdown"] = ls.suggester.stages.to_json(recent=True)
         out["version"] = __version__
         out["documents"] = len(ls.documents.all())
         out["settings"] = dataclasses.asdict(ls.settings)

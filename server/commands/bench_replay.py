@@ -2,9 +2,12 @@
 
 A function is cut out of a real source file; the file without it is opened in `memosight-lsp
 --stdio` (a separate process, spoken to over its pipes as an editor would), and the function is
-typed back keystroke by keystroke in bursts. At each pause an inline completion is requested; a
-request still pending when typing resumes is cancelled, as VS Code does. When a suggestion's start
-matches what comes next (3 characters or more), the simulated user accepts that part.
+typed back keystroke by keystroke in bursts. After each burst an inline completion is requested.
+With a pause (`--pause 400`), typing resumes after it and a request still pending then is cancelled,
+as VS Code does; with `--pause 0` (an editor that does not debounce) every answer is waited for and
+typing goes on at once. When a suggestion's start matches what comes next (3 characters or more),
+the simulated user accepts that part. `--breakdown` matches the server's per-stage timings
+(timeline.py) to each request's latency as this client measured it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memosight.engine.bench.common import table  # plain text, no torch
+
 from .common import CommandError, add_json_argument, print_result, step_progress
 from .lsp_client import suggestion_text
 
@@ -30,7 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--functions", type=int, default=6, help="functions to type back")
     parser.add_argument("--max-chars", type=int, default=400, help="skip functions longer than this")
     parser.add_argument("--key-ms", type=float, default=60.0, help="time between keystrokes in a burst")
-    parser.add_argument("--pause-ms", type=float, default=400.0, help="pause after a burst (a request is sent)")
+    parser.add_argument("--pause", "--pause-ms", dest="pauses", type=pauses, default=[400.0], metavar="MS[,MS...]",
+                        help="pause after a burst, when a request is sent (default 400); 0: no pause, each answer "
+                             "waited for; a comma list runs each mode in turn, e.g. --pause 0,400")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="where each request's milliseconds went, stage by stage (the server's timings)")
+    parser.add_argument("--plot", metavar="FILE.png",
+                        help="with --breakdown: a stacked latency bar per request (needs matplotlib)")
     parser.add_argument("--min-accept", type=int, default=3, help="matching characters a user accepts")
     parser.add_argument("--server-log", metavar="FILE", help="the server's debug log (one line per completion)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=setting,
@@ -38,9 +49,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "prefill_on_edit=false --set context_budget=512")
     parser.add_argument("--backend", metavar="KIND=URL",
                         help="type through a serving engine: openai=http://host:8000/v1 or llamacpp=http://host:8080 "
-                             "(no local fallback, so every figure is the server's)")
+                             "(no local fallback, so every figure is the server's); --model then names its tokenizer")
     parser.add_argument("--seed", type=int, default=0)
     add_json_argument(parser)
+
+
+def pauses(spec: str) -> list[float]:
+    try:
+        values = [float(v) for v in spec.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected milliseconds, e.g. 400 or 0,400; got {spec!r}") from None
+    if any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError("a pause cannot be negative")
+    return values
 
 
 def setting(spec: str) -> tuple[str, object]:
@@ -56,7 +77,9 @@ def setting(spec: str) -> tuple[str, object]:
 
 @dataclass
 class Replay:
+    pause_ms: float = 400.0
     latencies_ms: list[float] = field(default_factory=list)
+    answered_ids: dict = field(default_factory=dict)  # request id -> latency measured here (ms)
     requests: int = 0
     answered: int = 0
     with_items: int = 0
@@ -139,6 +162,7 @@ def common_prefix(a: str, b: str) -> int:
 
 
 async def replay_function(lsp, uri: str, text: str, start: int, end: int, args, rng, stats: Replay) -> None:
+    pause = stats.pause_ms / 1000 or None  # 0: wait for every answer
     body = text[start:end]
     doc = text[:start] + text[end:]
     version = 1
@@ -173,13 +197,13 @@ async def replay_function(lsp, uri: str, text: str, start: int, end: int, args, 
             await asyncio.sleep(args.key_ms / 1000)
         if not remaining:
             break
+        sent = time.perf_counter()  # before the write: the server may read it before this line runs again
         msg_id, fut = lsp.request("textDocument/inlineCompletion", {
             "textDocument": {"uri": uri}, "position": position_of(doc, cursor), "context": {"triggerKind": 2}})
         stats.requests += 1
-        sent = time.perf_counter()
         pending = (msg_id, fut, sent)
         try:
-            result = await asyncio.wait_for(asyncio.shield(fut), args.pause_ms / 1000)
+            result = await asyncio.wait_for(asyncio.shield(fut), pause)
         except asyncio.TimeoutError:
             continue  # still generating when typing resumes
         except RuntimeError:
@@ -187,7 +211,9 @@ async def replay_function(lsp, uri: str, text: str, start: int, end: int, args, 
             continue
         pending = None
         stats.answered += 1
-        stats.latencies_ms.append((time.perf_counter() - sent) * 1000)
+        # until the answer was read off the pipe, not until this coroutine got round to it
+        stats.latencies_ms.append((lsp.answered_at.pop(msg_id, time.perf_counter()) - sent) * 1000)
+        stats.answered_ids[msg_id] = stats.latencies_ms[-1]
         suggestion = suggestion_text(result)
         if not suggestion:
             continue
@@ -234,6 +260,8 @@ async def replay(args) -> dict:
     if args.backend:
         kind, _, url = args.backend.partition("=")
         options["backend"] = {"kind": kind, "url": url, "fallback": "none"}
+        if args.model:  # the model the server runs: its tokenizer counts the budget and renders FIM
+            options["backend"]["tokenizer"] = args.model
     options.update(dict(args.set))
     await lsp.call("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": {},
                                   "initializationOptions": options})
@@ -244,15 +272,96 @@ async def replay(args) -> dict:
     await lsp.call("textDocument/inlineCompletion", {"textDocument": {"uri": warm_uri},
                                                      "position": {"line": 1, "character": 4},
                                                      "context": {"triggerKind": 1}}, timeout=300)
-    before = await lsp.call("memosight/status", {})
-    stats = Replay()
-    with step_progress("functions", unit="function") as on_step:
-        for n, (path, text, start, end) in enumerate(functions):
-            await replay_function(lsp, path.resolve().as_uri(), text, start, end, args, rng, stats)
-            on_step(n + 1, len(functions), {"requests": stats.requests})
-    status = await lsp.call("memosight/status", {})
+    results = []
+    for pause in args.pauses:
+        before = await lsp.call("memosight/status", {})
+        stats = Replay(pause_ms=pause)
+        typing = random.Random(args.seed)  # each mode types the same bursts
+        with step_progress(f"functions (pause {pause:g} ms)", unit="function") as on_step:
+            for n, (path, text, start, end) in enumerate(functions):
+                await replay_function(lsp, path.resolve().as_uri(), text, start, end, args, typing, stats)
+                on_step(n + 1, len(functions), {"requests": stats.requests})
+        status = await lsp.call("memosight/status", {"recent": True})
+        result = summarize(stats, before, status, len(functions))
+        if args.breakdown:
+            result["breakdown"] = breakdown(stats.answered_ids, status.get("breakdown", {}).get("recent", []))
+        results.append(result)
     await lsp.stop()
-    return summarize(stats, before, status, len(functions))
+    if args.plot:
+        plot_breakdowns(results, args.plot)
+    return results[0] if len(results) == 1 else {"modes": results}
+
+
+def breakdown(client_ms: dict, recent: list[dict]) -> dict:
+    """The server's stages of each answered request beside this client's own latency for it: per
+    stage p50/p95/mean, and how much of the client's latency the stages account for."""
+    rows = []
+    for entry in recent:
+        if entry.get("id") in client_ms:
+            rows.append({"id": entry["id"], "client_ms": round(client_ms[entry["id"]], 3), "kind": entry["kind"],
+                         "server_ms": entry["total_ms"], "stages_ms": entry["stages_ms"], "steps": entry["steps"]})
+    if not rows:
+        return {"requests": 0, "stages": {}, "rows": []}
+    names = []
+    for row in rows:
+        row["stages_ms"]["transport"] = round(max(0.0, row["client_ms"] - row["server_ms"]), 3)
+        names += [n for n in row["stages_ms"] if n not in names]
+    names.remove("transport")
+    names.append("transport")  # the pipes and this client: what the server cannot see
+
+    def pct(values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return round(ordered[min(len(ordered) - 1, int(len(ordered) * q))], 2)
+
+    stages = {}
+    for name in names:
+        values = [row["stages_ms"].get(name, 0.0) for row in rows]
+        stages[name] = {"p50": pct(values, 0.5), "p95": pct(values, 0.95), "mean": round(sum(values) / len(values), 2)}
+    client = [row["client_ms"] for row in rows]
+    server = [row["server_ms"] for row in rows]
+    steps = [step for row in rows for step in row["steps"]]
+    kinds: dict[str, int] = {}
+    for row in rows:
+        kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1
+    return {
+        "requests": len(rows), "kinds": kinds, "stages": stages,
+        "client_ms": {"p50": pct(client, 0.5), "p95": pct(client, 0.95), "mean": round(sum(client) / len(client), 2)},
+        "server_ms": {"p50": pct(server, 0.5), "p95": pct(server, 0.95), "mean": round(sum(server) / len(server), 2)},
+        # the server's stages, summed over the requests, as a share of what the client measured
+        "server_share_of_client": round(sum(server) / sum(client), 4) if sum(client) else None,
+        "decode_steps": {"count": len(steps), "drafted": sum(s[0] for s in steps), "accepted": sum(s[1] for s in steps),
+                         "ms_mean": round(sum(s[3] for s in steps) / len(steps), 3) if steps else None},
+        "rows": rows,
+    }
+
+
+def plot_breakdowns(results: list[dict], path: str) -> None:
+    """A stacked bar per answered request (one panel per pause mode), stages in order."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise CommandError("--plot needs matplotlib: pip install 'memosight[plot]'") from None
+    panels = [r for r in results if r.get("breakdown", {}).get("rows")]
+    if not panels:
+        raise CommandError("--plot needs --breakdown and at least one answered request")
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 3.5 * len(panels)), squeeze=False)
+    for ax, result in zip(axes[:, 0], panels):
+        rows, names = result["breakdown"]["rows"], list(result["breakdown"]["stages"])
+        bottom = [0.0] * len(rows)
+        colours = plt.get_cmap("tab20")
+        for i, name in enumerate(names):
+            values = [row["stages_ms"].get(name, 0.0) for row in rows]
+            ax.bar(range(len(rows)), values, bottom=bottom, width=1.0, label=name, color=colours(i % 20))
+            bottom = [b + v for b, v in zip(bottom, values)]
+        ax.set_title(f"pause {result['pause_ms']:g} ms: {len(rows)} requests, client p50 "
+                     f"{result['breakdown']['client_ms']['p50']} ms")
+        ax.set_xlabel("request")
+        ax.set_ylabel("ms")
+        ax.legend(ncol=6, fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def summarize(stats: Replay, before: dict, after: dict, functions: int) -> dict:
@@ -264,7 +373,7 @@ def summarize(stats: Replay, before: dict, after: dict, functions: int) -> dict:
     prompt = c1.get("prompt_tokens", 0) - c0.get("prompt_tokens", 0)
     reused = c1.get("reused_tokens", 0) - c0.get("reused_tokens", 0)
     return {
-        "model": after.get("model"), "device": after.get("device"), "functions": functions,
+        "model": after.get("model"), "device": after.get("device"), "functions": functions, "pause_ms": stats.pause_ms,
         "requests": stats.requests, "answered": stats.answered, "with_suggestion": stats.with_items,
         "latency_ms": {"p50": pick(0.5), "p95": pick(0.95), "max": round(lat[-1], 1) if lat else None},
         "typed_through_share": round(delta["typed_through"] / stats.answered, 4) if stats.answered else 0.0,
@@ -283,9 +392,12 @@ def summarize(stats: Replay, before: dict, after: dict, functions: int) -> dict:
 
 
 def render(result: dict) -> str:
+    if "modes" in result:
+        return "\n\n".join(render(mode) for mode in result["modes"])
     lat = result["latency_ms"]
-    return "\n".join([
-        f"model {result['model']}  device {result['device']}  functions {result['functions']}",
+    mode = "no pause: every answer waited for" if not result["pause_ms"] else f"pause {result['pause_ms']:g} ms"
+    lines = [
+        f"model {result['model']}  device {result['device']}  functions {result['functions']}  {mode}",
         f"requests {result['requests']}  answered {result['answered']}  with a suggestion {result['with_suggestion']}",
         f"latency  p50 {lat['p50']} ms  p95 {lat['p95']} ms  max {lat['max']} ms",
         f"typed-through share {result['typed_through_share']:.1%}   joined generations {result['joined']}",
@@ -296,9 +408,28 @@ def render(result: dict) -> str:
         f"superseded {result['server_superseded']}  stale suggestions {result['stale_suggestions']} "
         f"(answers that crossed a cancellation: {result['crossed_cancellations']})",
         f"server peak memory {result['server_peak_rss_mb']} MB"]
-        + ([f"backend {b['kind']} {b['url']}: state {b['state']}, cancelled {b['cancelled']}, shared prompt start "
-            f"{b['shared_prefix_share']}, server-cached share {b['server_cached_share']}"]
-           if (b := result.get("backend")) else []))
+    if (b := result.get("backend")):
+        lines.append(f"backend {b['kind']} {b['url']}: state {b['state']}, cancelled {b['cancelled']}, shared prompt "
+                     f"start {b['shared_prefix_share']}, server-cached share {b['server_cached_share']}")
+    if result.get("breakdown"):
+        lines.append(render_breakdown(result["breakdown"]))
+    return "\n".join(lines)
+
+
+def render_breakdown(b: dict) -> str:
+    if not b["requests"]:
+        return "breakdown: no answered request was matched to the server's timings"
+    rows = [{"stage": name, **v} for name, v in b["stages"].items()]
+    rows.append({"stage": "= server total", **b["server_ms"]})
+    rows.append({"stage": "client measured", **b["client_ms"]})
+    steps = b["decode_steps"]
+    return "\n".join([
+        f"breakdown of {b['requests']} answered requests ({', '.join(f'{k} {v}' for k, v in b['kinds'].items())}), ms:",
+        table(rows, [("stage", "stage"), ("p50", "p50"), ("p95", "p95"), ("mean", "mean")]),
+        f"the server's stages account for {b['server_share_of_client']:.1%} of the client's latency (transport: "
+        "the rest)",
+        f"decoding steps {steps['count']}: {steps['drafted']} draft nodes verified, {steps['accepted']} accepted, "
+        f"{steps['ms_mean']} ms a step"])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import time
 from typing import Any
 
 
@@ -18,6 +19,7 @@ class LspProcess:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}
         self.notifications: list[tuple[str, Any]] = []
+        self.answered_at: dict[int, float] = {}  # request id -> when its answer was read (perf_counter)
         self._reader: asyncio.Task | None = None
         self.closed = False
 
@@ -59,6 +61,9 @@ class LspProcess:
             elif "method" in message:
                 self.notifications.append((message["method"], message.get("params")))
             else:
+                self.answered_at[message.get("id")] = time.perf_counter()
+                if len(self.answered_at) > 10_000:  # nobody reads them: keep the memory bounded
+                    self.answered_at.clear()
                 fut = self._pending.pop(message.get("id"), None)
                 if fut is not None and not fut.done():
                     if "error" in message:

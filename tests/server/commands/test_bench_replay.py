@@ -71,3 +71,40 @@ def test_server_settings_are_read_as_an_editor_would_send_them():
     assert setting("model=smollm2-135m") == ("model", "smollm2-135m")
     with pytest.raises(argparse.ArgumentTypeError):
         setting("no-equals-sign")
+
+
+def test_no_pause_and_pause_modes_side_by_side_with_a_breakdown_that_adds_up(tmp_path, tiny_model_dir):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "sample.py").write_text(SAMPLE.read_text())
+    plot = tmp_path / "latency.png"
+    out = subprocess.run(
+        [sys.executable, "-m", "memosight.server.cli", "bench", "replay", "--corpus", str(corpus),
+         "--model", str(tiny_model_dir), "--functions", "1", "--max-chars", "300", "--key-ms", "2",
+         "--pause", "0,300", "--breakdown", "--plot", str(plot), "--json"], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    no_pause, paused = json.loads(out.stdout.strip().splitlines()[-1])["modes"]
+    assert (no_pause["pause_ms"], paused["pause_ms"]) == (0, 300)
+    # no pause: every request is answered, none cancelled by typing on
+    assert no_pause["answered"] == no_pause["requests"] > 0 and no_pause["cancelled_by_client"] == 0
+    b = no_pause["breakdown"]
+    assert b["requests"] == no_pause["answered"]
+    for stage in ("queue", "handler", "engine_wait", "context", "render", "prefill", "decode", "reply", "transport"):
+        assert stage in b["stages"], stage
+    for row in b["rows"]:  # the server's stages add up to its whole, which this client's clock contains
+        server_stages = sum(ms for stage, ms in row["stages_ms"].items() if stage != "transport")
+        assert server_stages == pytest.approx(row["server_ms"], rel=0.01, abs=0.05)
+        # (the server's last stamp follows its write, which the client may read a moment before it)
+        assert row["server_ms"] <= row["client_ms"] * 1.1 + 1
+    assert 0.5 < b["server_share_of_client"] <= 1.1
+    assert plot.stat().st_size > 10_000
+
+
+def test_pauses_are_read_as_milliseconds():
+    from memosight.server.commands.bench_replay import pauses
+
+    assert pauses("0,400") == [0.0, 400.0]
+    with pytest.raises(argparse.ArgumentTypeError):
+        pauses("-5")
+    with pytest.raises(argparse.ArgumentTypeError):
+        pauses("fast")
