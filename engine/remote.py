@@ -49,6 +49,9 @@ class RemoteSettings:
     session_id: str = ""  # a stable hash of user and workspace: keeps a user on one replica
 
 
+INFILL_UNSUPPORTED = "Infill is not supported by this model"  # llama.cpp's 501 for a model without FIM tokens
+
+
 def open_remote_engine(settings: RemoteSettings, fallback: Callable[[], Engine] | None = None) -> RemoteEngine:
     """A remote engine, with the local tokenizer `settings.tokenizer` names (if any) for token
     budgets and FIM tokens."""
@@ -109,6 +112,10 @@ class RemoteEngine(Engine):
         self.prefix_shares: deque[float] = deque(maxlen=200)
         self.cached_shares: deque[float] = deque(maxlen=200)
         self._last_prompt = ""
+        # llama.cpp's /infill needs a model with FIM tokens; for one without (SmolLM2, say) the
+        # prefix goes to /completion instead. Known from the local tokenizer, or learnt from the
+        # server's 501 when no tokenizer is named.
+        self.infill = tokenizer is None or self.template.has_fim
 
     # --- the Engine protocol ---------------------------------------------------------------------
 
@@ -162,7 +169,15 @@ class RemoteEngine(Engine):
         started = time.perf_counter()
         report: dict = {}
         try:
-            events = self._open(request, report)
+            try:
+                events = self._open(request, report)
+            except RemoteError as exc:
+                if not (self.settings.kind == "llamacpp" and self.infill and INFILL_UNSUPPORTED in str(exc)):
+                    raise
+                log.info("%s has no FIM tokens (%s); sending the prefix to /completion from now on",
+                         self.settings.url, exc)
+                self.infill = False
+                events = self._open(request, report)
         except RemoteError as exc:
             self._failed(exc)
             if exc.kind in UNREACHABLE and self._fallback_factory is not None:
@@ -275,17 +290,21 @@ class RemoteEngine(Engine):
                 body["stop"] = stops
             url = f"{base}/completions"
         else:
-            prompt = prefix + request.suffix
-            body = {"input_prefix": prefix, "input_suffix": request.suffix, "input_extra": [],
-                    "n_predict": request.max_new_tokens, "cache_prompt": True, "stream": True, "temperature": 0,
+            body = {"n_predict": request.max_new_tokens, "cache_prompt": True, "stream": True, "temperature": 0,
                     "samplers": ["top_k"], "top_k": 1}
+            if self.infill:
+                prompt = prefix + request.suffix
+                body.update({"input_prefix": prefix, "input_suffix": request.suffix, "input_extra": []})
+            else:  # a model without FIM tokens continues the prefix
+                prompt = prefix
+                body["prompt"] = prefix
             if request.stop.time_budget_ms:
                 body["t_max_predict_ms"] = int(request.stop.time_budget_ms)
             if request.stop.block_indent >= 0:
                 body["n_indent"] = request.stop.block_indent + 1
             if stops := self._stops(request):
                 body["stop"] = stops
-            url = f"{base}/infill"
+            url = f"{base}/infill" if self.infill else f"{base}/completion"
         if self._last_prompt:
             self.prefix_shares.append(common_prefix(self._last_prompt, prompt) / max(1, len(prompt)))
         self._last_prompt = prompt

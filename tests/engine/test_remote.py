@@ -25,6 +25,7 @@ class FakeServer:
         self.pieces = ["    return", " a", " +", " b\n", "\n", "def other():\n"]
         self.status = 200
         self.error_body = b""
+        self.refuse: dict[str, tuple[int, bytes]] = {}  # path -> (status, body) answered there
         self.first_delay = 0.0
         self.piece_delay = 0.0
         self.drop_after = None  # close the connection after this many pieces
@@ -42,17 +43,18 @@ class FakeServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 server.requests.append({"path": self.path, **body})
                 server.headers.append(dict(self.headers))
-                if server.status != 200:
-                    self.send_response(server.status)
-                    self.send_header("Content-Length", str(len(server.error_body)))
+                status, error_body = server.refuse.get(self.path, (server.status, server.error_body))
+                if status != 200:
+                    self.send_response(status)
+                    self.send_header("Content-Length", str(len(error_body)))
                     self.end_headers()
-                    self.wfile.write(server.error_body)
+                    self.wfile.write(error_body)
                     return
                 time.sleep(server.first_delay)
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
-                infill = self.path.endswith("/infill")
+                infill = self.path.endswith(("/infill", "/completion"))  # llama.cpp's own events
                 try:
                     for i, piece in enumerate(server.pieces):
                         if server.drop_after is not None and i == server.drop_after:
@@ -120,6 +122,29 @@ def test_a_streamed_completion_stops_at_its_rules_and_reports_the_servers_cache(
     assert server.headers[-1]["X-Session-ID"] == session_id("me", "/repo") and "me" not in server.headers[-1]["X-Session-ID"]
     status = engine.status()["backend"]
     assert status["state"] == "ok" and status["kind"] == kind
+
+
+def test_llama_cpp_without_fim_tokens_gets_the_prefix_on_completion_from_then_on(server):
+    # what llama.cpp answers for a model without FIM tokens (SmolLM2): learnt once, then not asked again
+    server.refuse["/infill"] = (501, b'{"error": {"code": 501, "message": "Infill is not supported by this model: '
+                                     b'prefix token is missing. suffix token is missing. middle token is missing. "}}')
+    engine = engine_for(server.url(path=""), "llamacpp")
+    for _ in range(2):
+        stream = engine.stream(CompletionRequest("def add(a, b):\n", "\nprint(add(1, 2))\n", stop=StopRule(single_line=True)))
+        assert "".join(stream) == "    return a + b"
+    assert [r["path"] for r in server.requests] == ["/infill", "/completion", "/completion"]
+    sent = server.requests[-1]
+    assert sent["prompt"] == "def add(a, b):\n" and "input_suffix" not in sent and sent["cache_prompt"] is True
+    assert engine.status()["backend"]["state"] == "ok"
+
+
+def test_a_local_tokenizer_without_fim_tokens_goes_to_completion_at_once(server, tiny_models):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["gpt2"])  # no FIM tokens
+    engine = RemoteEngine(RemoteSettings(kind="llamacpp", url=server.url(path="")), tokenizer)
+    assert "".join(engine.stream(CompletionRequest("x = 1\n", ""))) != ""
+    assert [r["path"] for r in server.requests] == ["/completion"]
 
 
 def test_the_servers_cache_counters_reach_the_status_when_the_stream_runs_to_its_end(server):
