@@ -330,7 +330,9 @@ class RemoteEngine(Engine):
                         yield event["content"]
                     if event.get("stop"):
                         timings = event.get("timings") or {}
-                        cached = event.get("tokens_cached", timings.get("cache_n"))
+                        # cache_n: the prompt tokens taken from the slot's cache; tokens_cached
+                        # counts the whole slot (prompt and output), so only where cache_n is missing
+                        cached = timings.get("cache_n", event.get("tokens_cached"))
                         evaluated = event.get("tokens_evaluated")
                         if evaluated is not None:
                             report["prompt_tokens"] = evaluated

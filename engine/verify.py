@@ -8,6 +8,8 @@ has them. The result is exactly what plain greedy decoding would have produced.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -78,10 +80,12 @@ def tree_attention_mask(tree: DraftTree, past: int, dtype: torch.dtype, device) 
     return mask[None, None]
 
 
-def accept_longest_path(tree: DraftTree, greedy_next: list[int]) -> list[int]:
+def accept_longest_path(tree: DraftTree, greedy_next: list[int] | Callable[[int], int]) -> list[int]:
     """Node indices of the accepted path: from the root, follow the child equal to the base model's
-    greedy choice at each node for as long as the tree has one."""
+    greedy choice at each node for as long as the tree has one. `greedy_next`: that choice after
+    each node, as a list, or as a function of the node, asked along the path only."""
+    choice = greedy_next.__getitem__ if isinstance(greedy_next, list) else greedy_next
     path = [0]
-    while (child := tree.children[path[-1]].get(greedy_next[path[-1]])) is not None:
+    while (child := tree.children[path[-1]].get(choice(path[-1]))) is not None:
         path.append(child)
     return path

@@ -45,6 +45,7 @@ def with_corpus_table(engine):
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
 def test_speculative_equals_plain_greedy(tiny_models, arch):
     engine = with_corpus_table(with_random_heads(load_engine(str(tiny_models[arch]), device="cpu")))
+    engine.speculator.controller.explore_every = 1  # draft at every step, whether or not it pays here
     for prompt in PROMPTS:
         ids = engine.prompt_ids(prompt, "\n    return total\n")
         for limit in (1, 2, 5, 40):
@@ -153,6 +154,25 @@ def test_plain_fallback_comes_after_a_few_full_trees_miss_but_not_after_as_many_
     for _ in range(28):
         cheap.update(0, drafted_nodes=2)
     assert not cheap.use_drafts()
+
+
+def test_steps_go_plain_while_drafted_steps_make_tokens_slower_with_a_drafted_one_now_and_then():
+    controller = DraftController(explore_every=4)
+    controller.record_step(0.003, 1, drafted=False)  # 3 ms a plain token
+    controller.record_step(0.010, 2, drafted=True)  # 5 ms a token with drafts
+    assert not controller.drafts_pay()
+    assert [controller.use_drafts() for _ in range(8)] == [False, False, False, True] * 2
+    for _ in range(30):  # drafts start paying (a repetitive file): 1 ms a token
+        controller.record_step(0.004, 4, drafted=True)
+    assert controller.drafts_pay() and all(controller.use_drafts() for _ in range(5))
+
+
+def test_a_new_request_keeps_what_the_controller_learnt():
+    controller = DraftController(max_nodes=16)
+    controller.update(0, drafted_nodes=16)
+    controller.record_step(0.003, 1, drafted=False)
+    controller.reset()
+    assert controller.nodes == 8 and controller.plain_ms_per_token == 3.0 and controller.misses == 0
 
 
 class Recorder(DraftSource):

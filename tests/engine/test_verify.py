@@ -35,3 +35,15 @@ def test_accept_follows_greedy_choices_while_the_tree_has_them():
     greedy_next = [3, 0, 0, 9, 5]
     assert accept_longest_path(tree, greedy_next) == [0, 3, 4]
     assert accept_longest_path(tree, [8, 0, 0, 0, 0]) == [0]
+
+
+def test_the_greedy_choice_can_be_asked_along_the_path_only():
+    tree = build_tree(7, [Candidate([1, 2], "x"), Candidate([3, 9], "y", 0.5)], 10, 8)
+    asked = []
+
+    def greedy_next(node: int) -> int:
+        asked.append(node)
+        return [3, 0, 0, 9, 5][node]
+
+    assert accept_longest_path(tree, greedy_next) == [0, 3, 4]
+    assert asked == [0, 3, 4]  # nodes 1 and 2 were never computed
