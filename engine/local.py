@@ -57,6 +57,26 @@ class TimedIterator(Iterator[int]):
             self.ms += (time.perf_counter() - started) * 1000
 
 
+class ConfidentTokens(Iterator[int]):
+    """Tokens up to the first one the model gives less than `threshold` probability (see
+    StopRule.min_confidence); `confidences` is filled by the decoding loop as it yields."""
+
+    def __init__(self, source: Iterator[int], confidences: list[float], threshold: float):
+        self.source, self.confidences, self.threshold = iter(source), confidences, threshold
+        self.count = 0
+        self.unsure = False
+
+    def __next__(self) -> int:
+        if self.unsure:
+            raise StopIteration
+        token = next(self.source)
+        if self.count < len(self.confidences) and self.confidences[self.count] < self.threshold:
+            self.unsure = True
+            raise StopIteration
+        self.count += 1
+        return token
+
+
 class LocalEngine:
     """Implements the Engine protocol in this process; `generate` and `complete` are the Python API."""
 
@@ -161,15 +181,17 @@ class LocalEngine:
     # --- decoding -------------------------------------------------------------------------------
 
     def _tokens(self, input_ids: list[int], max_new_tokens: int, end_ids: set[int], cancel,
-                speculative: bool, start: tuple[torch.Tensor, torch.Tensor] | None = None) -> Iterator[int]:
+                speculative: bool, start: tuple[torch.Tensor, torch.Tensor] | None = None,
+                confidences: list[float] | None = None) -> Iterator[int]:
         if speculative and self.can_speculate and max_new_tokens >= self.MIN_SPECULATIVE_TOKENS:
             return self.speculator.tokens(self.model, self.prompt_cache, input_ids, max_new_tokens, end_ids, cancel,
-                                          start)
-        return greedy_tokens(self.model, input_ids, max_new_tokens, end_ids, self.prompt_cache, cancel, start)
+                                          start, confidences)
+        return greedy_tokens(self.model, input_ids, max_new_tokens, end_ids, self.prompt_cache, cancel, start,
+                             confidences)
 
     @torch.inference_mode()
     def _healed_tokens(self, prompt: Prompt, max_new_tokens: int, end_ids: set[int], cancel,
-                       speculative: bool) -> Iterator[int]:
+                       speculative: bool, confidences: list[float] | None = None) -> Iterator[int]:
         """Greedy tokens among those that spell the healed text (see healing.py), one plain step
         each, until it is spelled; then the usual loop, from the prompt and those tokens."""
         rest = prompt.healed.encode()
@@ -181,12 +203,15 @@ class LocalEngine:
             allowed = self.token_bytes.allowed(rest)
             token = allowed[int(torch.argmax(logits[torch.tensor(allowed, device=logits.device)]))]
             ids.append(token)
+            if confidences is not None:
+                confidences.append(1.0)  # what the user typed: never in doubt
             yield token
             rest = self.token_bytes.rest_after(rest, token)
             hidden, logits = self.prompt_cache.append(self.model, token)
         left = max_new_tokens - (len(ids) - len(prompt.ids))
         if left > 0:  # the cache holds the prompt and the healing tokens: go on from there
-            yield from self._tokens(ids, left, end_ids, cancel, speculative, start=(hidden, logits))
+            yield from self._tokens(ids, left, end_ids, cancel, speculative, start=(hidden, logits),
+                                    confidences=confidences)
 
     def generate(self, input_ids: list[int], max_new_tokens: int, *, speculative: bool = True) -> list[int]:
         """Greedy decoding: the new tokens, ending at EOS (included) or at the limit. The same tokens
@@ -214,12 +239,15 @@ class LocalEngine:
             self.prompt_cache.last_lookup_ms = self.prompt_cache.last_prefill_ms = 0.0
             self.speculator.last_steps = []
             first_ms = None
+            confidences = [] if request.stop.min_confidence > 0 else None
             if prompt.healed:
                 tokens = self._healed_tokens(prompt, request.max_new_tokens, self.end_ids, request.cancel,
-                                             self.settings.speculative)
+                                             self.settings.speculative, confidences)
             else:
                 tokens = self._tokens(ids, request.max_new_tokens, self.end_ids, request.cancel,
-                                      self.settings.speculative)
+                                      self.settings.speculative, confidences=confidences)
+            if confidences is not None:
+                tokens = ConfidentTokens(tokens, confidences, request.stop.min_confidence)
             cut = len(prompt.healed)  # the tokens spell the healed text first: the suggestion starts after it
 
             def after_cursor(generated: list[int]) -> str:
@@ -231,6 +259,8 @@ class LocalEngine:
                     first_ms = (time.perf_counter() - start) * 1000
                 yield piece
             streamed = time.perf_counter()
+            if isinstance(tokens.source, ConfidentTokens) and tokens.source.unsure:
+                state.stop_reason = "unsure"
             # Across requests: the next keystroke often types the start of this suggestion.
             self.speculator.finish(ids[-32:] + self.encode(prompt.healed + state.text))
             self.prompt_cache.remember()

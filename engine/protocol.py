@@ -34,6 +34,10 @@ class StopRule:
     # Multi-line: once this many milliseconds have passed since the request started, end at the last
     # complete line (0 = no budget). A shorter suggestion now beats a longer one late.
     time_budget_ms: float = 0.0
+    # End before the first token the model gives less than this probability (0 = never): the rest
+    # of a line the model is unsure of is mostly wrong, and costs a decoding step a token. In-process
+    # engines only; a first token under it means no suggestion at all.
+    min_confidence: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class Completion:
     latency_ms: float  # request start to last token
     first_token_ms: float
     # "eos" | "max_tokens" | "newline" | "suffix" | "stop_string" | "block_end" | "cancelled" | "time_budget"
+    # | "unsure" (min_confidence)
     stop_reason: str
     reused_tokens: int = 0  # prompt tokens served from the KV cache instead of prefilled
     # Where latency_ms went, in ms, in the order it happened: for the in-process engine "render"

@@ -26,12 +26,19 @@ from .drafts.base import DraftSource, DraftState, DraftStats, StepOutcome
 from .verify import Candidate, DraftTree, accept_longest_path, build_tree, tree_attention_mask
 
 
+def confidence(logits: torch.Tensor) -> float:
+    """The probability the model gives its greedy choice."""
+    return float(torch.softmax(logits.float(), dim=-1).max())
+
+
 @torch.inference_mode()
 def greedy_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids: set[int],
                   prompt_cache: kv.PromptCache, cancel: threading.Event | None = None,
-                  start: tuple[torch.Tensor, torch.Tensor] | None = None) -> Iterator[int]:
+                  start: tuple[torch.Tensor, torch.Tensor] | None = None,
+                  confidences: list[float] | None = None) -> Iterator[int]:
     """Plain greedy decoding with a KV cache (the reference); yields each new token, EOS included.
-    `start`: the cache already holds `input_ids`, and this is the (hidden state, logits) after them."""
+    `start`: the cache already holds `input_ids`, and this is the (hidden state, logits) after them.
+    `confidences`: if given, each token's probability is appended to it before the token is yielded."""
     if max_new_tokens <= 0:
         return
     _, logits = start if start is not None else prompt_cache.prefill_hidden(model, input_ids)
@@ -39,6 +46,8 @@ def greedy_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids: set
         if cancel is not None and cancel.is_set():
             return
         token = int(torch.argmax(logits))
+        if confidences is not None:
+            confidences.append(confidence(logits))
         yield token
         if token in eos_ids or step == max_new_tokens - 1:
             return
@@ -158,12 +167,13 @@ class DraftController:
         if self.plain_left > 0:
             self.plain_left -= 1
             return False
-        if not self.drafts_pay():
-            self.plain_run += 1
-            if self.plain_run < self.explore_every:
-                return False
-        self.plain_run = 0
-        return True
+        # Every `explore_every` steps, the other kind of step than the one that pays, so that both
+        # timings stay measured.
+        self.plain_run += 1
+        explore = self.explore_every > 1 and self.plain_run >= self.explore_every
+        if explore:
+            self.plain_run = 0
+        return self.drafts_pay() != explore
 
     def update(self, accepted_drafts: int, drafted_nodes: int | None = None) -> None:
         if accepted_drafts == 0:
@@ -230,9 +240,11 @@ class Speculator:
     @torch.inference_mode()
     def tokens(self, model, prompt_cache: kv.PromptCache, input_ids: list[int], max_new_tokens: int,
                eos_ids: set[int], cancel: threading.Event | None = None,
-               start: tuple[torch.Tensor, torch.Tensor] | None = None) -> Iterator[int]:
+               start: tuple[torch.Tensor, torch.Tensor] | None = None,
+               confidences: list[float] | None = None) -> Iterator[int]:
         """Greedy decoding that verifies a tree of drafted tokens per forward pass. `start`: the
-        cache already holds `input_ids`, and this is the (hidden state, logits) after them."""
+        cache already holds `input_ids`, and this is the (hidden state, logits) after them.
+        `confidences`: as for greedy_tokens."""
         if max_new_tokens <= 0:
             return
         hidden_last, logits = start if start is not None else prompt_cache.prefill_hidden(model, input_ids)
@@ -251,6 +263,8 @@ class Speculator:
                 self.stats.plain_steps += 1
                 self.stats.tokens += 1
                 self.observe(StepOutcome(state, {}, [], root, verified=False))
+                if confidences is not None:
+                    confidences.append(confidence(logits))
                 yield root
                 return
             started = time.perf_counter()
@@ -270,9 +284,11 @@ class Speculator:
                                      verified=len(tree) > 1))
             context.extend(accepted)
             prompt_cache.tokens = list(context)
-            for token in accepted:
+            for i, token in enumerate(accepted):
                 produced += 1
                 self.stats.tokens += 1
+                if confidences is not None:  # the root's from the last step, the others' from this one
+                    confidences.append(confidence(logits if i == 0 else verified.logits(path[i - 1])))
                 yield token
                 if token in eos_ids or produced >= max_new_tokens:
                     return

@@ -53,6 +53,8 @@ class Settings:
     prefill_on_edit: bool = True  # compute the likely next prompt as soon as an edit lands
     kv_cache_mb: int = 256  # memory bound of the cross-request KV prefix cache
     latency_budget_ms: int = 100  # multi-line completions end at the last complete line after this (0 = off)
+    # a single line ends before the first token the model gives less than this probability (0 = off)
+    min_confidence: float = 0.0
     log_level: str = "info"  # "debug" | "info" | "warning" | "error"
     backend: Backend = Backend()  # a remote serving engine; from a project file only when trusted
     trusted_workspace: bool = False  # said by the editor only (VS Code workspace trust, Neovim :trust)
@@ -175,6 +177,7 @@ VALIDATORS = {
     "prefill_on_edit": _bool,
     "kv_cache_mb": _int_range(0, 65536),
     "latency_budget_ms": _int_range(0, 60000),
+    "min_confidence": _float_range(0.0, 0.99),
     "log_level": _choice("debug", "info", "warning", "error"),
     "backend": _backend,
     "trusted_workspace": _bool,

@@ -155,3 +155,28 @@ def test_a_prefilled_prompt_is_found_warm_and_a_cancelled_prefill_keeps_what_it_
     assert engine.status()["cache"]["prefilled_ahead"] == warm.prompt_tokens - 1  # cancelled: nothing more
     cold = engine.stream(CompletionRequest(prefix, max_new_tokens=4)).result()
     assert cold.text == warm.text
+
+
+def test_a_single_line_ends_before_the_first_token_the_model_is_unsure_of(tiny_model_dir):
+    from memosight.engine.speculate import greedy_tokens
+
+    engine = load_engine(str(tiny_model_dir), device="cpu")
+    prefix = "def total(items):\n    result = 0\n    for item in items:\n        result"
+    ids = engine.prompt(prefix, heal=False).ids
+    confidences: list[float] = []
+    engine.prompt_cache.clear()
+    tokens = list(greedy_tokens(engine.model, ids, 12, engine.end_ids, engine.prompt_cache, confidences=confidences))
+    assert len(confidences) == len(tokens)
+    ends = [i for i, t in enumerate(tokens) if t in engine.end_ids] + [len(tokens)]
+    k = min(range(1, ends[0]), key=lambda i: confidences[i])  # the least sure token after the first
+    assert confidences[k] < min(confidences[:k])  # (holds for this model and prompt)
+    threshold = (confidences[k] + min(confidences[:k])) / 2
+    for speculative in (False, True):
+        engine.configure(EngineSettings(speculative=speculative))
+        run = lambda t: engine.stream(CompletionRequest(  # noqa: E731
+            prefix, "", max_new_tokens=12, stop=StopRule(min_confidence=t), options=RequestOptions(heal=False))).result()
+        assert run(0.0).stop_reason != "unsure"
+        cut = run(threshold)  # ends just before token k, with what came before it
+        assert cut.stop_reason == "unsure" and cut.text == engine.decode(tokens[:k]).rstrip("\ufffd")
+        nothing = run(0.999)  # a random tiny model is sure of nothing: no suggestion at all
+        assert nothing.text == "" and nothing.stop_reason == "unsure"

@@ -164,7 +164,8 @@ def test_steps_go_plain_while_drafted_steps_make_tokens_slower_with_a_drafted_on
     assert [controller.use_drafts() for _ in range(8)] == [False, False, False, True] * 2
     for _ in range(30):  # drafts start paying (a repetitive file): 1 ms a token
         controller.record_step(0.004, 4, drafted=True)
-    assert controller.drafts_pay() and all(controller.use_drafts() for _ in range(5))
+    assert controller.drafts_pay()  # now mostly drafted steps, a plain one now and then to compare
+    assert [controller.use_drafts() for _ in range(8)] == [True, True, True, False] * 2
 
 
 def test_a_new_request_keeps_what_the_controller_learnt():
