@@ -274,6 +274,9 @@ class PromptCache:
         # the forward over the rest (a request's latency breakdown reads them)
         self.last_lookup_ms = 0.0
         self.last_prefill_ms = 0.0
+        # (prompt, last hidden state, logits) of a warm-up that computed a whole prompt: what
+        # prefill_hidden returns without a forward pass when the request's prompt is that one
+        self._ready: tuple[list[int], torch.Tensor, torch.Tensor] | None = None
 
     def _reuse(self, model, input_ids: list[int]) -> int:
         """Bring the cache to the longest reusable prefix of `input_ids`; returns its length."""
@@ -303,8 +306,18 @@ class PromptCache:
     def prefill_hidden(self, model, input_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Bring the cache to exactly `input_ids`; the last hidden state and the logits after it.
 
-        Only the tail past the reusable prefix runs; the last token always does, for its logits."""
+        Only the tail past the reusable prefix runs; the last token too, for its logits, unless a
+        warm-up computed exactly this prompt a moment ago."""
         started = time.perf_counter()
+        if self._ready is not None and self._ready[0] == input_ids == self.tokens \
+                and cached_length(self.cache) == len(input_ids):
+            _, last, logits = self._ready
+            self._ready = None
+            self.prompt_tokens += len(input_ids)
+            self.reused_tokens += len(input_ids)
+            self.last_lookup_ms, self.last_prefill_ms = (time.perf_counter() - started) * 1000, 0.0
+            return last, logits
+        self._ready = None
         keep = self._reuse(model, input_ids)
         looked_up = time.perf_counter()
         self.tokens = list(input_ids[:keep])  # what the cache holds, should the forward fail
@@ -321,21 +334,27 @@ class PromptCache:
         self.last_lookup_ms, self.last_prefill_ms = (looked_up - started) * 1000, (done - looked_up) * 1000
         return last, logits
 
+    @torch.inference_mode()
     def warm(self, model, input_ids: list[int], cancel, chunk: int = 64) -> int:
-        """Bring the cache to all of `input_ids` but the last token (a request runs that one for its
-        logits), `chunk` tokens a forward pass, stopping between passes once `cancel` is set. Not
-        counted as a prompt: the request that follows counts what it finds here. Returns the
-        positions computed now."""
+        """Bring the cache to all of `input_ids`, `chunk` tokens a forward pass, stopping between
+        passes once `cancel` is set; once all are in, the logits after them wait for the request
+        with this very prompt (an edit and no more typing: it decodes at once). Not counted as a
+        prompt: the request that follows counts what it finds here. Returns the positions computed now."""
+        self._ready = None
         keep = self._reuse(model, input_ids)
         self.tokens = list(input_ids[:keep])
         device = next(model.parameters()).device
         position = keep
-        while position < len(input_ids) - 1 and not cancel.is_set():
-            end = min(position + chunk, len(input_ids) - 1)
+        while position < len(input_ids) and not cancel.is_set():
+            end = min(position + chunk, len(input_ids))
             with self.prefill_threads.for_prefill(end - position) if self.prefill_threads else contextlib.nullcontext():
-                forward_hidden(model, torch.tensor([input_ids[position:end]], device=device), self.cache)
+                hidden = forward_hidden(model, torch.tensor([input_ids[position:end]], device=device), self.cache)
             position = end
             self.tokens = list(input_ids[:position])
+        if position == len(input_ids) and position > keep:
+            # the whole prompt, its last token included: the request finds its first logits ready
+            last = hidden[0, -1]
+            self._ready = (list(input_ids), last, model.get_output_embeddings()(last))
         return position - keep
 
     def append(self, model, token: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -354,7 +373,7 @@ class PromptCache:
 
     def clear(self) -> None:
         """Forget the last prompt (the prefix tree keeps its blocks)."""
-        self.tokens, self.cache = [], None
+        self.tokens, self.cache, self._ready = [], None, None
 
     def forget_all(self) -> None:
         """Forget the last prompt and every stored block (cold-start measurements)."""

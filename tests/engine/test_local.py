@@ -147,14 +147,18 @@ def test_a_prefilled_prompt_is_found_warm_and_a_cancelled_prefill_keeps_what_it_
     prefix = "def add(a, b):\n    return a + b\n" * 40
     engine.prefill(CompletionRequest(prefix, max_new_tokens=4))
     warm = engine.stream(CompletionRequest(prefix, max_new_tokens=4)).result()
-    assert warm.prompt_tokens - warm.reused_tokens <= 1  # only the last token ran on the request's path
-    assert engine.status()["cache"]["prefilled_ahead"] == warm.prompt_tokens - 1
+    assert warm.prompt_tokens == warm.reused_tokens  # nothing ran on the request's path before decoding
+    assert warm.stages_ms["prefill"] == 0.0
+    assert engine.status()["cache"]["prefilled_ahead"] == warm.prompt_tokens
     stopped = threading.Event()
     stopped.set()
     engine.prefill(CompletionRequest(prefix + "x = 1\n" * 50, max_new_tokens=4, cancel=stopped))
-    assert engine.status()["cache"]["prefilled_ahead"] == warm.prompt_tokens - 1  # cancelled: nothing more
+    assert engine.status()["cache"]["prefilled_ahead"] == warm.prompt_tokens  # cancelled: nothing more
     cold = engine.stream(CompletionRequest(prefix, max_new_tokens=4)).result()
     assert cold.text == warm.text
+    engine.configure(EngineSettings(speculative=False))  # the logits it found ready are the logits it computes
+    engine.prompt_cache.clear()
+    assert engine.stream(CompletionRequest(prefix, max_new_tokens=4)).result().text == warm.text
 
 
 def test_a_single_line_ends_before_the_first_token_the_model_is_unsure_of(tiny_model_dir):
