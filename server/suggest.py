@@ -156,6 +156,8 @@ class Suggester:
         self._engine_key: tuple | None = None
         self._jobs: dict[str, Job] = {}
         self._warm_ups: dict[str, threading.Event] = {}  # uri -> the cancel event of its pending warm-up
+        # the context the last warm-up built, for a request at the same text and cursor to reuse
+        self._warm_context: tuple[tuple, PackedContext] | None = None
         self._shown: dict[str, Shown] = {}
         self._messages: deque[str] = deque()  # for the user, filled on the engine thread
         self._shown_failures: dict[str, float] = {}  # failure kind -> when it was last shown
@@ -227,6 +229,23 @@ class Suggester:
             return truncate_around_cursor(doc.text, cursor, settings.context_budget, settings.suffix_share,
                                           engine.count_tokens, doc.path)
 
+    def _context_key(self, view: Document, cursor: int, settings: Settings) -> tuple:
+        """What a context depends on: this text and cursor, the budget, and every open document's
+        version (their definitions may be in it)."""
+        others = tuple((d.uri, d.version, len(d.text)) for d in self._open_documents())
+        return (view.uri, view.version, id(view.text), len(view.text), cursor, settings.context_budget,
+                settings.suffix_share, others)
+
+    def _context_for(self, engine: Engine, view: Document, cursor: int, settings: Settings,
+                     timeline: Timeline) -> PackedContext:
+        """The warm-up's context when it was built for this very text and cursor (the request came
+        after an edit and no more typing), else a new one."""
+        warm = self._warm_context
+        if warm is not None and warm[0] == self._context_key(view, cursor, settings):
+            timeline.mark("context")
+            return warm[1]
+        return self.build_context(engine, view, cursor, settings, timeline=timeline)
+
     def workspace_documents(self, doc: Document, cursor: int, open_docs: list[Document]) -> list[Document]:
         """Unopened workspace files that define names used near the cursor (see workspace.py)."""
         index = self._workspace()
@@ -288,7 +307,9 @@ class Suggester:
             doc = ticket.doc.frozen()
             if doc.text is not ticket.seen.text:
                 return
-            context = self.build_context(engine, *doc.around(ticket.cursor), settings)
+            view, view_cursor = doc.around(ticket.cursor)
+            context = self.build_context(engine, view, view_cursor, settings)
+            self._warm_context = (self._context_key(view, view_cursor, settings), context)
             engine.prefill(CompletionRequest(context.prefix, context.suffix, doc.language, cancel=cancel,
                                              options=RequestOptions(heal=settings.token_healing)))
         except Exception:  # noqa: BLE001 - a failed warm-up costs only the head start
@@ -433,7 +454,7 @@ class Suggester:
                                         kv_cache_bytes=settings.kv_cache_mb * 2**20))
         view, view_cursor = doc.around(cursor)  # a large file: a window of it
         stop, multiline = completion_mode(view, view_cursor, settings)
-        context = self.build_context(engine, view, view_cursor, settings, timeline=timeline)
+        context = self._context_for(engine, view, view_cursor, settings, timeline)
         timeline.mark("context")
         context_ms = (time.perf_counter() - start) * 1000
         if ticket.stale():  # an edit arrived while the context was built

@@ -270,6 +270,7 @@ async def test_an_edit_starts_the_prefill_of_the_prompt_at_its_end(tmp_path, lsp
         assert warm.prefix.endswith("print(add(1, 2))\n    tot")  # the prompt a request there would get
         await inline(client, uri, 6, 7)
         assert warm.cancel.is_set()  # the request took over from it
+        assert client.engine.requests[-1].prefix is warm.prefix  # and the context it had built
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
             settings={"memosight": {"prefillOnEdit": False}}))
         await eventually(lambda: not client.server.settings.prefill_on_edit)
@@ -279,6 +280,7 @@ async def test_an_edit_starts_the_prefill_of_the_prompt_at_its_end(tmp_path, lsp
                 range=types.Range(types.Position(6, 7), types.Position(6, 7)), text="al")]))
         await inline(client, uri, 6, 9)
         assert len(client.engine.prefills) == 1
+        assert client.engine.requests[-1].prefix.endswith("    total")  # no warm-up here: built anew
 
 
 # --- issue 14: one bad file, setting or message never hurts the rest ------------------------------
