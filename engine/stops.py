@@ -120,10 +120,13 @@ def complete_lines(text: str) -> str:
 
 
 def over_budget(text: str, stop: StopRule, started: float) -> bool:
-    """A multi-line completion past its time budget, with at least one complete line to show."""
-    if stop.single_line or stop.time_budget_ms <= 0 or not started:
+    """A completion past its time budget with something to show: for a multi-line one, a complete
+    line; for a single line, any text (a line that will not end, and would run to the token cap,
+    ends where it got to)."""
+    if stop.time_budget_ms <= 0 or not started:
         return False
-    return bool(complete_lines(text).strip()) and (time.perf_counter() - started) * 1000 >= stop.time_budget_ms
+    shown = text if stop.single_line else complete_lines(text)
+    return bool(shown.strip()) and (time.perf_counter() - started) * 1000 >= stop.time_budget_ms
 
 
 def stream_text(tokens: Iterable[int], decode: Callable[[list[int]], str], stop: StopRule, end_ids: set[int],
@@ -172,7 +175,7 @@ def _stream(texts: Iterator[str], stop: StopRule, state: StreamState) -> Iterato
             stopped = True
             break
         if over_budget(cut.text, stop, state.started):
-            state.text = complete_lines(cut.text)
+            state.text = cut.text if stop.single_line else complete_lines(cut.text)
             state.stop_reason = "time_budget"
             stopped = True
             break

@@ -52,7 +52,7 @@ class Settings:
     token_healing: bool = True  # end the prompt at a token boundary; the model first writes the text cut off
     prefill_on_edit: bool = True  # compute the likely next prompt as soon as an edit lands
     kv_cache_mb: int = 256  # memory bound of the cross-request KV prefix cache
-    latency_budget_ms: int = 100  # multi-line completions end at the last complete line after this (0 = off)
+    latency_budget_ms: int = 100  # after this a completion ends (multi-line: at its last complete line; 0 = off)
     # a single line ends before the first token the model gives less than this probability (0 = off)
     min_confidence: float = 0.0
     log_level: str = "info"  # "debug" | "info" | "warning" | "error"

@@ -36,7 +36,8 @@ def completion_mode(doc: Document, cursor: int, settings: Settings) -> tuple[Sto
         openers = (":",) if doc.language == "python" else BRACE_LANGUAGES_OPENERS
         multiline = opener_line.rstrip().endswith(openers)
     if not multiline:
-        return StopRule(single_line=True, suffix_line=after, min_confidence=settings.min_confidence), False
+        return StopRule(single_line=True, suffix_line=after, min_confidence=settings.min_confidence,
+                        time_budget_ms=float(settings.latency_budget_ms)), False
     indent = len(opener_line) - len(opener_line.lstrip(" \t"))
     return StopRule(suffix_line=after, next_suffix_line=next_line, block_indent=indent,
                     stop_strings=("\n\n\n",), time_budget_ms=float(settings.latency_budget_ms)), True

@@ -474,6 +474,8 @@ class Suggester:
         completion = stream.result()
         timeline.split(completion.stages_ms, "engine")
         timeline.steps = completion.steps
+        timeline.tokens, timeline.prompt_tokens = completion.tokens, completion.prompt_tokens
+        timeline.stop_reason = completion.stop_reason
         latency = (time.perf_counter() - start) * 1000
         log.debug("completion %s:%d %.1f ms (context %.1f ms, first piece %.1f ms) prompt %d tokens (%d cached), "
                   "%d new, %s, stop %s", doc.uri.rsplit("/", 1)[-1], cursor, latency, context_ms,

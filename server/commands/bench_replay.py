@@ -299,7 +299,8 @@ def breakdown(client_ms: dict, recent: list[dict]) -> dict:
     for entry in recent:
         if entry.get("id") in client_ms:
             rows.append({"id": entry["id"], "client_ms": round(client_ms[entry["id"]], 3), "kind": entry["kind"],
-                         "server_ms": entry["total_ms"], "stages_ms": entry["stages_ms"], "steps": entry["steps"]})
+                         "server_ms": entry["total_ms"], "stages_ms": entry["stages_ms"], "steps": entry["steps"],
+                         "tokens": entry.get("tokens", 0), "stop_reason": entry.get("stop_reason", "")})
     if not rows:
         return {"requests": 0, "stages": {}, "rows": []}
     names = []
@@ -321,14 +322,25 @@ def breakdown(client_ms: dict, recent: list[dict]) -> dict:
     server = [row["server_ms"] for row in rows]
     steps = [step for row in rows for step in row["steps"]]
     kinds: dict[str, int] = {}
+    stops: dict[str, int] = {}
     for row in rows:
         kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1
+        if row["stop_reason"]:
+            stops[row["stop_reason"]] = stops.get(row["stop_reason"], 0) + 1
+    generated = [row for row in rows if row["tokens"]]
+    tokens = sorted(row["tokens"] for row in generated)
     return {
         "requests": len(rows), "kinds": kinds, "stages": stages,
         "client_ms": {"p50": pct(client, 0.5), "p95": pct(client, 0.95), "mean": round(sum(client) / len(client), 2)},
         "server_ms": {"p50": pct(server, 0.5), "p95": pct(server, 0.95), "mean": round(sum(server) / len(server), 2)},
         # the server's stages, summed over the requests, as a share of what the client measured
         "server_share_of_client": round(sum(server) / sum(client), 4) if sum(client) else None,
+        "stop_reasons": stops,
+        "tokens_per_request": {"p50": tokens[len(tokens) // 2], "mean": round(sum(tokens) / len(tokens), 2)}
+        if tokens else None,
+        # the decoding loop's time per generated token, over the requests that generated any
+        "decode_ms_per_token": round(sum(r["stages_ms"].get("decode", 0.0) for r in generated) / sum(tokens), 3)
+        if tokens else None,
         "decode_steps": {"count": len(steps), "drafted": sum(s[0] for s in steps), "accepted": sum(s[1] for s in steps),
                          "ms_mean": round(sum(s[3] for s in steps) / len(steps), 3) if steps else None},
         "rows": rows,
@@ -428,6 +440,8 @@ def render_breakdown(b: dict) -> str:
         table(rows, [("stage", "stage"), ("p50", "p50"), ("p95", "p95"), ("mean", "mean")]),
         f"the server's stages account for {b['server_share_of_client']:.1%} of the client's latency (transport: "
         "the rest)",
+        f"tokens a request {b['tokens_per_request']}, decoding {b['decode_ms_per_token']} ms a token; stops "
+        + ", ".join(f"{k} {v}" for k, v in b["stop_reasons"].items()),
         f"decoding steps {steps['count']}: {steps['drafted']} draft nodes verified, {steps['accepted']} accepted, "
         f"{steps['ms_mean']} ms a step"])
 
