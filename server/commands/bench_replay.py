@@ -400,6 +400,7 @@ def summarize(stats: Replay, before: dict, after: dict, functions: int) -> dict:
         "crossed_cancellations": stats.crossed,
         "server_peak_rss_mb": after.get("peak_rss_mb"),
         "backend": after.get("backend"),  # a remote engine's: state, latency, cancellations, cache shares
+        "speculative": after.get("speculative"),  # the in-process engine's: steps, sources, ms a token
     }
 
 
