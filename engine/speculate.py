@@ -107,8 +107,7 @@ class DraftController:
         # 3 ms a plain step, 7-12 ms a tree of 2-17 nodes), so drafts pay only where they are right
         # often. While drafted steps make tokens slower than plain ones, steps go plain, with a
         # drafted one every `explore_every` steps to notice when that changes.
-        self.plain_ms_per_token = 0.0
-        self.draft_ms_per_token = 0.0
+        self._timing: dict[str, tuple[float, float]] = {}  # "plain"/"drafted" -> running (ms, tokens) a step
         self.explore_every = explore_every
         self.plain_run = 0
 
@@ -132,10 +131,21 @@ class DraftController:
     def record_step(self, seconds: float, tokens: int, drafted: bool = True) -> None:
         per_token = seconds / max(1, tokens)
         self.seconds_per_token = _ema(self.seconds_per_token, per_token)
-        if drafted:
-            self.draft_ms_per_token = _ema(self.draft_ms_per_token, per_token * 1000)
-        else:
-            self.plain_ms_per_token = _ema(self.plain_ms_per_token, per_token * 1000)
+        # running sums of time and tokens, divided: the mean of each step's ms a token would weigh a
+        # missed tree (all cost, one token) as much as a hit that made five tokens
+        kind = "drafted" if drafted else "plain"
+        ms, made = self._timing.get(kind, (0.0, 0.0))
+        self._timing[kind] = (_ema(ms, seconds * 1000), _ema(made, float(tokens)))
+
+    @property
+    def plain_ms_per_token(self) -> float:
+        ms, made = self._timing.get("plain", (0.0, 0.0))
+        return ms / made if made else 0.0
+
+    @property
+    def draft_ms_per_token(self) -> float:
+        ms, made = self._timing.get("drafted", (0.0, 0.0))
+        return ms / made if made else 0.0
 
     def drafts_pay(self) -> bool:
         """Whether drafted steps have made tokens faster than plain steps (true until both are known)."""

@@ -162,8 +162,9 @@ def test_steps_go_plain_while_drafted_steps_make_tokens_slower_with_a_drafted_on
     controller.record_step(0.010, 2, drafted=True)  # 5 ms a token with drafts
     assert not controller.drafts_pay()
     assert [controller.use_drafts() for _ in range(8)] == [False, False, False, True] * 2
-    for _ in range(30):  # drafts start paying (a repetitive file): 1 ms a token
-        controller.record_step(0.004, 4, drafted=True)
+    for _ in range(30):  # drafts start paying (a repetitive file): a miss, then a hit of 7 tokens
+        controller.record_step(0.008, 1, drafted=True)
+        controller.record_step(0.008, 7, drafted=True)  # 2 ms a token over both (per step: 4.6 on average)
     assert controller.drafts_pay()  # now mostly drafted steps, a plain one now and then to compare
     assert [controller.use_drafts() for _ in range(8)] == [True, True, True, False] * 2
 
