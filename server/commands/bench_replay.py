@@ -88,6 +88,7 @@ class Replay:
     crossed: int = 0  # suggestions for a cancelled request that arrived before any newer request
     typed_chars: int = 0
     saved_chars: int = 0
+    shown_chars: int = 0  # characters of the suggestions answered (what the user read)
     accepted: int = 0
 
 
@@ -218,6 +219,7 @@ async def replay_function(lsp, uri: str, text: str, start: int, end: int, args, 
         if not suggestion:
             continue
         stats.with_items += 1
+        stats.shown_chars += len(suggestion)
         match = common_prefix(suggestion, remaining)
         if match >= args.min_accept:
             insert(remaining[:match])
@@ -395,6 +397,10 @@ def summarize(stats: Replay, before: dict, after: dict, functions: int) -> dict:
         "chars_saved_share": round(stats.saved_chars / (stats.saved_chars + stats.typed_chars), 4)
         if stats.typed_chars else 0.0,
         "accepted": stats.accepted,
+        "chars_shown": stats.shown_chars,
+        # of what was shown, the share the user took: a suggestion cut where the model is unsure
+        # shows fewer wrong characters
+        "chars_saved_of_shown": round(stats.saved_chars / stats.shown_chars, 4) if stats.shown_chars else 0.0,
         "cancelled_by_client": stats.cancelled_by_client, "server_cancelled": delta["cancelled"],
         "server_superseded": delta["superseded"], "stale_suggestions": stats.stale,
         "crossed_cancellations": stats.crossed,
@@ -416,7 +422,8 @@ def render(result: dict) -> str:
         f"typed-through share {result['typed_through_share']:.1%}   joined generations {result['joined']}",
         f"prompt tokens from the KV cache {result['kv_cache_share']:.1%}",
         f"characters saved {result['chars_saved']} of {result['chars_saved'] + result['chars_typed']} "
-        f"({result['chars_saved_share']:.1%}), {result['accepted']} acceptances",
+        f"({result['chars_saved_share']:.1%}), {result['accepted']} acceptances; {result['chars_shown']} shown "
+        f"({result['chars_saved_of_shown']:.1%} of them taken)",
         f"cancelled by the client {result['cancelled_by_client']}  server: cancelled {result['server_cancelled']} "
         f"superseded {result['server_superseded']}  stale suggestions {result['stale_suggestions']} "
         f"(answers that crossed a cancellation: {result['crossed_cancellations']})",
