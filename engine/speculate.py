@@ -177,13 +177,16 @@ class DraftController:
         if self.plain_left > 0:
             self.plain_left -= 1
             return False
-        # Every `explore_every` steps, the other kind of step than the one that pays, so that both
-        # timings stay measured.
+        # Now and then the other kind of step than the one that pays, so that both timings stay
+        # measured: a drafted one every `explore_every` steps, a plain one every 4x as many (a
+        # forced plain step costs what the drafts would have saved).
+        pay = self.drafts_pay()
         self.plain_run += 1
-        explore = self.explore_every > 1 and self.plain_run >= self.explore_every
+        every = self.explore_every * (4 if pay else 1)
+        explore = self.explore_every > 1 and self.plain_run >= every
         if explore:
             self.plain_run = 0
-        return self.drafts_pay() != explore
+        return pay != explore
 
     def update(self, accepted_drafts: int, drafted_nodes: int | None = None) -> None:
         if accepted_drafts == 0:
