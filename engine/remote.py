@@ -146,7 +146,7 @@ class RemoteEngine(Engine):
 
         return {
             "model": self.settings.model or self.settings.url, "device": "remote", "dtype": "remote",
-            "requests": self.requests,
+            "fim_template": self.template.name, "requests": self.requests,
             "backend": {
                 "kind": self.settings.kind, "url": self.settings.url, "model": self.settings.model,
                 "state": self.state, "last_error": self.last_error, "failures": self.failures,

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -158,6 +159,7 @@ class Suggester:
         self._warm_ups: dict[str, threading.Event] = {}  # uri -> the cancel event of its pending warm-up
         # the context the last warm-up built, for a request at the same text and cursor to reuse
         self._warm_context: tuple[tuple, PackedContext] | None = None
+        self._fim_of: tuple[weakref.ref, bool] | None = None  # (the engine, whether its prompts have FIM tokens)
         self._shown: dict[str, Shown] = {}
         self._messages: deque[str] = deque()  # for the user, filled on the engine thread
         self._shown_failures: dict[str, float] = {}  # failure kind -> when it was last shown
@@ -222,12 +224,19 @@ class Suggester:
             others = others + self.workspace_documents(doc, cursor, others)
             if timeline is not None:
                 timeline.mark("workspace")
-            return self.compressor.build(doc, cursor, settings.context_budget, settings.suffix_share,
+            return self.compressor.build(doc, cursor, settings.context_budget, self.suffix_share(engine, settings),
                                          engine.count_tokens, others)
         except Exception:  # noqa: BLE001 - a compressor bug must not cost the user the completion
             log.exception("context compression failed; falling back to plain truncation")
-            return truncate_around_cursor(doc.text, cursor, settings.context_budget, settings.suffix_share,
-                                          engine.count_tokens, doc.path)
+            return truncate_around_cursor(doc.text, cursor, settings.context_budget,
+                                          self.suffix_share(engine, settings), engine.count_tokens, doc.path)
+
+    def suffix_share(self, engine: Engine, settings: Settings) -> float:
+        """settings.suffix_share, or 0 for a model without FIM tokens: its prompt is the text before
+        the cursor alone, so a budget kept for the text after it would be thrown away."""
+        if self._fim_of is None or self._fim_of[0]() is not engine:
+            self._fim_of = (weakref.ref(engine), engine.status().get("fim_template", "") != "plain")
+        return settings.suffix_share if self._fim_of[1] else 0.0
 
     def _context_key(self, view: Document, cursor: int, settings: Settings) -> tuple:
         """What a context depends on: this text and cursor, the budget, and every open document's

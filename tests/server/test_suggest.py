@@ -114,6 +114,25 @@ def test_build_context_compresses_with_the_other_open_documents(scripted_engine)
     suggester.shutdown()
 
 
+def test_a_model_without_fim_tokens_gets_the_whole_budget_before_the_cursor(scripted_engine):
+    before = "def use(items):\n" + "".join(f"    n{i} = items[{i}] + {i}\n" for i in range(300)) + "    "
+    after = "\n" + "".join(f"    m{i} = items[{i}] * {i}\n" for i in range(300))  # the same function goes on
+    doc = Document("file:///pkg/main.py", before + after, "python")
+    cursor = len(before)
+    fim, plain = scripted_engine(), scripted_engine()
+    plain.status = lambda: {"model": "plain", "fim_template": "plain"}
+    settings = Settings(context_budget=256, suffix_share=0.25)
+    suggester = Suggester(open_documents=lambda: [doc])
+    with_fim = suggester.build_context(fim, doc, cursor, settings)
+    suggester.shutdown()
+    suggester = Suggester(open_documents=lambda: [doc])  # its own compressor: the near window's start is kept
+    without = suggester.build_context(plain, doc, cursor, settings)
+    assert with_fim.suffix.strip() and not without.suffix.strip()  # nothing kept for a suffix it cannot see
+    assert plain.count_tokens(without.prefix) > plain.count_tokens(with_fim.prefix)  # the budget went before it
+    assert without.prompt_tokens <= 256
+    suggester.shutdown()
+
+
 def test_build_context_brings_definitions_from_unopened_workspace_files(tmp_path, scripted_engine):
     from memosight.server.context.workspace import WorkspaceIndex
 
