@@ -57,7 +57,9 @@ PYTHON_KEYWORDS = frozenset(
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, help="folder of source files (held-out code)")
     parser.add_argument("--budget", type=int, default=512, help="prompt token budget (default 512)")
-    parser.add_argument("--suffix-share", type=float, default=0.25, help="share of the budget after the cursor")
+    parser.add_argument("--suffix-share", type=float, default=None,
+                        help="share of the budget after the cursor (default 0.25; 0 for a model without FIM tokens, "
+                             "as the server does: its prompt has no suffix)")
     parser.add_argument("--max-positions", type=int, default=300, help="cursor positions for recall (default 300)")
     parser.add_argument("--em-positions", type=int, default=60,
                         help="of those, how many also get the next-line exact-match test (default 60)")
@@ -88,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError(f"{exc} (use --no-model to run without one)") from exc
     count_tokens = engine.count_tokens if engine else (lambda text: len(proxy_tokens(text)))
     encode = engine.encode if engine else proxy_tokens
+    if args.suffix_share is None:
+        args.suffix_share = 0.0 if engine is not None and engine.status().get("fim_template") == "plain" else 0.25
 
     files = []
     for path in sorted(corpus.rglob("*")):
@@ -99,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if not files:
         raise CommandError(f"no source files of 80+ lines under {corpus}")
     rng = random.Random(args.seed)
-    out = {"corpus": str(corpus), "files": len(files), "budget": args.budget,
+    out = {"corpus": str(corpus), "files": len(files), "budget": args.budget, "suffix_share": args.suffix_share,
            "tokens": "model" if engine else "proxy (--no-model)"}
     out.update(_recall_and_match(files, args, count_tokens, engine, rng))
     out.update(_needles(files, args, count_tokens))
