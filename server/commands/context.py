@@ -1,4 +1,7 @@
-"""`memosight context FILE:LINE:COL --budget N [--json]`: the packed context the model would see."""
+"""`memosight context FILE:LINE:COL [FILE:LINE:COL ...] --budget N [--json]`: the packed context the model
+would see. With several cursors (one process, one model load, for studies over many cursors) and
+--json, one JSON object per line, each with its `cursor`; a cursor that cannot be read gets an object
+with an `error` instead, and the others go on."""
 
 from __future__ import annotations
 
@@ -17,7 +20,8 @@ from .cursor import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("cursor", type=parse_cursor, metavar="FILE:LINE:COL", help="1-based line and column")
+    parser.add_argument("cursors", type=parse_cursor, nargs="+", metavar="FILE:LINE:COL",
+                        help="1-based line and column; several for one JSON object per line")
     parser.add_argument("--budget", type=int, default=None, help="prompt token budget (default: config, 1024)")
     parser.add_argument("--open", nargs="+", default=[], metavar="FILE",
                         help="other files open in the editor: definitions used at the cursor may come from them")
@@ -31,9 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..suggest import Suggester
 
-    settings = settings_for(args.cursor.path, {"model": args.model, "device": args.device, "dtype": args.dtype,
-                                               "context_budget": args.budget})
-    doc, cursor = load_document(args.cursor)
+    first = args.cursors[0]
+    overrides = {"model": args.model, "device": args.device, "dtype": args.dtype, "context_budget": args.budget}
     others = [load_document(Cursor(Path(path), 1, 1))[0] for path in args.open]
     index = None
     if args.workspace:
@@ -44,17 +47,34 @@ def run(args: argparse.Namespace) -> int:
         index = WorkspaceIndex(Path(args.workspace))
         index.scan()
     suggester = Suggester(fallback=False, workspace=lambda: index)
-    engine = suggester.ensure_engine(settings).result()  # a model that fails to load: EngineError
-    packed = suggester.build_context(engine, doc, cursor, settings, others=others)
-    if args.json:
-        print(json.dumps(packed.to_json()))
-    else:
-        print(f"prompt tokens: {packed.prompt_tokens} of {settings.context_budget}")
-        for r in packed.regions:
-            print(f"  {r.kind:<14} lines {r.start_line}-{r.end_line}  score {r.score:.2f}  {r.path}")
-        print("--- prefix ---")
-        print(packed.prefix)
-        print("--- suffix ---")
-        print(packed.suffix)
-    suggester.shutdown()
-    return 0
+    engine = suggester.ensure_engine(settings_for(first.path, overrides)).result()  # fails: EngineError
+    several = len(args.cursors) > 1
+    failed = 0
+    try:
+        for spec in args.cursors:
+            name = f"{spec.path}:{spec.line}:{spec.column}"
+            try:
+                settings = settings_for(spec.path, overrides)
+                doc, cursor = load_document(spec)
+            except CommandError as exc:
+                if not several:
+                    raise
+                failed += 1
+                print(json.dumps({"cursor": name, "error": str(exc)}) if args.json else f"{name}: {exc}")
+                continue
+            packed = suggester.build_context(engine, doc, cursor, settings, others=others)
+            if args.json:
+                print(json.dumps({"cursor": name, **packed.to_json()} if several else packed.to_json()), flush=True)
+            else:
+                if several:
+                    print(f"=== {name}")
+                print(f"prompt tokens: {packed.prompt_tokens} of {settings.context_budget}")
+                for r in packed.regions:
+                    print(f"  {r.kind:<14} lines {r.start_line}-{r.end_line}  score {r.score:.2f}  {r.path}")
+                print("--- prefix ---")
+                print(packed.prefix)
+                print("--- suffix ---")
+                print(packed.suffix)
+    finally:
+        suggester.shutdown()
+    return 1 if failed else 0

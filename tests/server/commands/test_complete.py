@@ -29,6 +29,17 @@ def test_context_prints_the_design_keys(capsys, repeater_model_dir):
     assert all(set(r) >= {"path", "start_line", "end_line", "kind", "score"} for r in out["regions"])
 
 
+def test_context_takes_several_cursors_and_prints_one_object_per_line(capsys, repeater_model_dir, tmp_path):
+    cursors = [f"{SAMPLE}:33:20", f"{tmp_path / 'missing.py'}:1:1", f"{SAMPLE}:10:1"]
+    assert main(["context", *cursors, "--budget", "128", "--model", str(repeater_model_dir), "--json"]) == 1
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["cursor"] for line in lines] == cursors
+    assert "is not a file" in lines[1]["error"]  # one bad cursor, the others still answered
+    for line in (lines[0], lines[2]):
+        assert set(line) >= {"prefix", "suffix", "prompt_tokens", "regions"} and line["prompt_tokens"] <= 128
+    assert lines[0]["prefix"] != lines[2]["prefix"]
+
+
 def test_the_quick_start_command_exits_cleanly():
     import subprocess
     import sys
