@@ -112,6 +112,7 @@ class StreamState:
     emitted: int = 0  # characters already streamed out
     tokens: int = 0
     stop_reason: str = "max_tokens"
+    first_text: float = 0.0  # time.perf_counter() when the first text arrived
 
 
 def complete_lines(text: str) -> str:
@@ -121,8 +122,9 @@ def complete_lines(text: str) -> str:
 
 def over_budget(text: str, stop: StopRule, started: float) -> bool:
     """A completion past its time budget with something to show: for a multi-line one, a complete
-    line; for a single line, any text (a line that will not end, and would run to the token cap,
-    ends where it got to)."""
+    line (the budget counts from the request's start); for a single line, any text, the budget
+    counting from its first token (a line that will not end, and would run to the token cap, ends
+    where it got to; a slow prefill alone must not cut a line to its first word)."""
     if stop.time_budget_ms <= 0 or not started:
         return False
     shown = text if stop.single_line else complete_lines(text)
@@ -168,13 +170,15 @@ def _stream(texts: Iterator[str], stop: StopRule, state: StreamState) -> Iterato
     for raw in texts:
         if raw.endswith("\ufffd"):  # half of a multi-byte character: wait for the rest
             continue
+        if not state.first_text:
+            state.first_text = time.perf_counter()
         cut = apply_stop_rule(raw, stop)
         state.text = cut.text
         if cut.reason is not None:
             state.stop_reason = cut.reason
             stopped = True
             break
-        if over_budget(cut.text, stop, state.started):
+        if over_budget(cut.text, stop, state.first_text if stop.single_line else state.started):
             state.text = cut.text if stop.single_line else complete_lines(cut.text)
             state.stop_reason = "time_budget"
             stopped = True

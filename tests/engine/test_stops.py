@@ -80,10 +80,13 @@ def test_a_multi_line_completion_over_its_time_budget_ends_at_its_last_complete_
     relaxed = StopRule(block_indent=0, time_budget_ms=60_000.0)
     text, state = _stream(pieces, relaxed, started=time.perf_counter())
     assert text == "    a = 1\n    b = 2\n    c = 3\n" and state.stop_reason == "max_tokens"
-    # a single line over its budget ends where it got to (a line that never ends would run to the cap)
-    single = StopRule(single_line=True, time_budget_ms=1.0)
+    # a single line over its budget ends where it got to (a line that never ends would run to the
+    # cap); its budget counts from its first token, so a slow prefill alone does not cut it short
+    single = StopRule(single_line=True, time_budget_ms=8.0)
     text, state = _stream(["x = ", "compute(", "a, b", ")"], single, started=time.perf_counter() - 1.0)
-    assert (text, state.stop_reason) == ("x = ", "time_budget")
+    assert (text, state.stop_reason) == ("x = compute(a, b)", "max_tokens")
+    text, state = _stream(["x = ", "compute(", "a, b", ")"], single, started=time.perf_counter(), delay_s=0.005)
+    assert state.stop_reason == "time_budget" and text in ("x = compute(", "x = compute(a, b")
     text, state = _stream(pieces, StopRule(single_line=True, time_budget_ms=60_000.0), started=time.perf_counter())
     assert (text, state.stop_reason) == ("    a = 1", "newline")
 
