@@ -19,6 +19,7 @@ export const SERVER_SETTING_KEYS = [
   "prefillOnEdit",
   "kvCacheMb",
   "latencyBudgetMs",
+  "minConfidence",
   "logLevel",
   "backend",
 ] as const;

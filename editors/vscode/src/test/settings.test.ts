@@ -80,6 +80,7 @@ test("contributed defaults are the server's defaults", () => {
     prefillOnEdit: true,
     kvCacheMb: 256,
     latencyBudgetMs: 100,
+    minConfidence: 0,
     logLevel: "info",
     backend: { kind: "local" },
   });
