@@ -33,10 +33,12 @@ def test_a_newer_request_shares_or_supersedes_the_running_generation(scripted_en
     suggester = Suggester(lambda settings: engine)
     doc = Document("file:///a.py", text, "python")
 
+    settings = Settings(latency_budget_ms=0)  # slow tokens here: no time budget cuts the line
+
     async def scenario():
-        older = asyncio.ensure_future(suggest(suggester, doc, 4, Settings()))
+        older = asyncio.ensure_future(suggest(suggester, doc, 4, settings))
         await until(engine.running.is_set)
-        newer = await suggest(suggester, doc, cursor, Settings())
+        newer = await suggest(suggester, doc, cursor, settings)
         return await older, newer
 
     older, newer = asyncio.run(scenario())
@@ -88,11 +90,13 @@ def test_a_running_generation_that_still_matches_is_joined_not_restarted(scripte
     suggester = Suggester(lambda settings: engine)
     doc = Document("file:///a.py", "x = \n", "python")
 
+    settings = Settings(latency_budget_ms=0)  # slow tokens here: no time budget cuts the line
+
     async def scenario():
-        older = asyncio.ensure_future(suggest(suggester, doc, 4, Settings()))
+        older = asyncio.ensure_future(suggest(suggester, doc, 4, settings))
         await until(lambda: engine.emitted >= 3)  # a few characters are out
         doc.apply_change("a", doc.position_at(4), doc.position_at(4))
-        newer = await suggest(suggester, doc, 5, Settings())
+        newer = await suggest(suggester, doc, 5, settings)
         return await older, newer
 
     older, newer = asyncio.run(scenario())
