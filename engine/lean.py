@@ -141,6 +141,9 @@ class LeanDecoder:
                 causal = True
             else:
                 attention_mask = _causal_mask(t, past, x.dtype, x.device)
+        mask = attention_mask
+        if self.attention_dtype is not None and mask is not None:  # once, not per layer
+            mask = mask.to(self.attention_dtype)
         for i, layer in enumerate(self.layers):
             h = _rms_norm(x, layer.input_norm)
             qkv = layer.qkv(h)
@@ -150,10 +153,8 @@ class LeanDecoder:
             v = v.view(1, t, -1, layer.head_dim).transpose(1, 2)
             k, v = cache.layers[i].update(_rotate(k, cos, sin), v)
             q = _rotate(q, cos, sin)
-            mask = attention_mask
             if self.attention_dtype is not None:
                 q, k, v = q.to(self.attention_dtype), k.to(self.attention_dtype), v.to(self.attention_dtype)
-                mask = None if mask is None else mask.to(self.attention_dtype)
             # Grouped kv heads go to SDPA as they are: repeating them (as transformers does when
             # there is a mask) copies the whole cache every step, and gives the same numbers.
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
