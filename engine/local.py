@@ -251,8 +251,9 @@ class LocalEngine:
             else:
                 tokens = self._tokens(ids, request.max_new_tokens, self.end_ids, request.cancel,
                                       self.settings.speculative, confidences=confidences)
+            confident = None
             if confidences is not None:
-                tokens = ConfidentTokens(tokens, confidences, request.stop.min_confidence)
+                tokens = confident = ConfidentTokens(tokens, confidences, request.stop.min_confidence)
             cut = len(prompt.healed)  # the tokens spell the healed text first: the suggestion starts after it
 
             def after_cursor(generated: list[int]) -> str:
@@ -264,7 +265,7 @@ class LocalEngine:
                     first_ms = (time.perf_counter() - start) * 1000
                 yield piece
             streamed = time.perf_counter()
-            if isinstance(tokens.source, ConfidentTokens) and tokens.source.unsure:
+            if confident is not None and confident.unsure:
                 state.stop_reason = "unsure"
             # Across requests: the next keystroke often types the start of this suggestion.
             self.speculator.finish(ids[-32:] + self.encode(prompt.healed + state.text))

@@ -32,7 +32,8 @@ class StopRule:
     stop_strings: tuple[str, ...] = ()  # extra strings that end the completion (not included)
     block_indent: int = -1  # multi-line: a later non-blank line indented this much or less ends the block
     # Multi-line: once this many milliseconds have passed since the request started, end at the last
-    # complete line (0 = no budget). A shorter suggestion now beats a longer one late.
+    # complete line; a single line: this long after its first token, end where it got to (0 = no
+    # budget). A shorter suggestion now beats a longer one late.
     time_budget_ms: float = 0.0
     # End before the first token the model gives less than this probability (0 = never): the rest
     # of a line the model is unsure of is mostly wrong, and costs a decoding step a token. In-process

@@ -169,15 +169,7 @@ class RemoteEngine(Engine):
         started = time.perf_counter()
         report: dict = {}
         try:
-            try:
-                events = self._open(request, report)
-            except RemoteError as exc:
-                if not (self.settings.kind == "llamacpp" and self.infill and INFILL_UNSUPPORTED in str(exc)):
-                    raise
-                log.info("%s has no FIM tokens (%s); sending the prefix to /completion from now on",
-                         self.settings.url, exc)
-                self.infill = False
-                events = self._open(request, report)
+            events = self._open_learning_infill(request, report)
         except RemoteError as exc:
             self._failed(exc)
             if exc.kind in UNREACHABLE and self._fallback_factory is not None:
@@ -221,6 +213,17 @@ class RemoteEngine(Engine):
             self.cached_shares.append(min(1.0, cached / prompt_tokens))
         return Completion(state.text, state.tokens, prompt_tokens, latency, first_token_ms or latency,
                           state.stop_reason, reused_tokens=cached)
+
+    def _open_learning_infill(self, request: CompletionRequest, report: dict) -> EventStream:
+        """_open, and once more on /completion when llama.cpp says the model cannot fill in the middle."""
+        try:
+            return self._open(request, report)
+        except RemoteError as exc:
+            if not (self.settings.kind == "llamacpp" and self.infill and INFILL_UNSUPPORTED in str(exc)):
+                raise
+            log.info("%s has no FIM tokens (%s); sending the prefix to /completion from now on", self.settings.url, exc)
+            self.infill = False
+            return self._open(request, report)
 
     def _close_on_cancel(self, request: CompletionRequest, events: EventStream) -> None:
         """Close the HTTP stream the moment the request is cancelled, even mid-read."""

@@ -120,15 +120,18 @@ def complete_lines(text: str) -> str:
     return text[:text.rfind("\n")] if "\n" in text else ""
 
 
-def over_budget(text: str, stop: StopRule, started: float) -> bool:
-    """A completion past its time budget with something to show: for a multi-line one, a complete
-    line (the budget counts from the request's start); for a single line, any text, the budget
-    counting from its first token (a line that will not end, and would run to the token cap, ends
-    where it got to; a slow prefill alone must not cut a line to its first word)."""
+def over_budget(text: str, stop: StopRule, state: StreamState) -> str | None:
+    """What a completion past its time budget ends with, or None while within it (or with nothing
+    to show yet). A multi-line one ends at its last complete line, its budget counting from the
+    request's start; a single line where it got to, its budget counting from its first token (a line
+    that will not end would run to the token cap; a slow prefill alone must not cut it to a word)."""
+    started = state.first_text if stop.single_line else state.started
     if stop.time_budget_ms <= 0 or not started:
-        return False
+        return None
     shown = text if stop.single_line else complete_lines(text)
-    return bool(shown.strip()) and (time.perf_counter() - started) * 1000 >= stop.time_budget_ms
+    if not shown.strip() or (time.perf_counter() - started) * 1000 < stop.time_budget_ms:
+        return None
+    return shown
 
 
 def stream_text(tokens: Iterable[int], decode: Callable[[list[int]], str], stop: StopRule, end_ids: set[int],
@@ -178,8 +181,8 @@ def _stream(texts: Iterator[str], stop: StopRule, state: StreamState) -> Iterato
             state.stop_reason = cut.reason
             stopped = True
             break
-        if over_budget(cut.text, stop, state.first_text if stop.single_line else state.started):
-            state.text = cut.text if stop.single_line else complete_lines(cut.text)
+        if (ended := over_budget(cut.text, stop, state)) is not None:
+            state.text = ended
             state.stop_reason = "time_budget"
             stopped = True
             break

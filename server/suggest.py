@@ -354,7 +354,7 @@ class Suggester:
                 self._messages.append(str(exc))
             suggestion = None
         timeline.mark("resume")
-        if suggestion is None and timeline.kind not in ("cancelled",):
+        if suggestion is None and timeline.kind != "cancelled":
             timeline.kind = "empty"
         messages = []
         while self._messages:

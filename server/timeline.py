@@ -44,18 +44,15 @@ class Timeline:
 
     def mark(self, stage: str) -> None:
         """The time since the last mark was spent in `stage`."""
-        now = time.perf_counter()
-        self.stages[stage] = self.stages.get(stage, 0.0) + (now - self._last) * 1000
-        self._last = now
+        self.split({}, rest=stage)
 
     def split(self, parts: dict[str, float], rest: str) -> None:
         """The time since the last mark was spent in `parts` (ms, as measured inside it), and what
         they do not account for in `rest`."""
         now = time.perf_counter()
         elapsed = (now - self._last) * 1000
-        for stage, ms in parts.items():
+        for stage, ms in (*parts.items(), (rest, max(0.0, elapsed - sum(parts.values())))):
             self.stages[stage] = self.stages.get(stage, 0.0) + ms
-        self.stages[rest] = self.stages.get(rest, 0.0) + max(0.0, elapsed - sum(parts.values()))
         self._last = now
 
     def end(self) -> None:
@@ -66,8 +63,7 @@ class Timeline:
         return ((self.ended if self.ended is not None else self._last) - self.started) * 1000
 
     def to_json(self) -> dict:
-        stages = {s: round(self.stages[s], 3) for s in ORDER if s in self.stages}
-        stages.update({s: round(ms, 3) for s, ms in self.stages.items() if s not in stages})
+        stages = {s: round(self.stages[s], 3) for s in sorted(self.stages, key=_order)}
         return {"kind": self.kind, "total_ms": round(self.total_ms, 3), "stages_ms": stages,
                 "tokens": self.tokens, "prompt_tokens": self.prompt_tokens, "stop_reason": self.stop_reason,
                 "steps": [list(step) for step in self.steps]}
@@ -97,17 +93,23 @@ class StageStats:
         self.recent.append({"id": request_id, **timeline.to_json()})
 
     def to_json(self, recent: bool = False) -> dict:
-        def pct(values, q):
-            ordered = sorted(values)
-            return round(ordered[min(len(ordered) - 1, int(len(ordered) * q))], 3) if ordered else None
-
-        stages = {s: {"p50": pct(v, 0.5), "p95": pct(v, 0.95), "mean": round(sum(v) / len(v), 3)}
-                  for s, v in sorted(self.per_stage.items(), key=lambda kv: _order(kv[0])) if any(v)}
-        out = {"requests": len(self.totals), "total_ms": {"p50": pct(self.totals, 0.5), "p95": pct(self.totals, 0.95)},
+        stages = {s: spread(self.per_stage[s]) for s in sorted(self.per_stage, key=_order) if any(self.per_stage[s])}
+        total = spread(self.totals) if self.totals else {"p50": None, "p95": None}
+        out = {"requests": len(self.totals), "total_ms": {"p50": total["p50"], "p95": total["p95"]},
                "stages_ms": stages}
         if recent:
             out["recent"] = list(self.recent)
         return out
+
+
+def spread(values, digits: int = 3) -> dict:
+    """p50, p95 and mean of some milliseconds (at least one)."""
+    ordered = sorted(values)
+
+    def pick(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(len(ordered) * q))], digits)
+
+    return {"p50": pick(0.5), "p95": pick(0.95), "mean": round(sum(ordered) / len(ordered), digits)}
 
 
 def _order(stage: str) -> int:

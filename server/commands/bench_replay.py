@@ -20,11 +20,13 @@ import os
 import random
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from memosight.engine.bench.common import table  # plain text, no torch
 
+from ..timeline import spread
 from .common import CommandError, add_json_argument, print_result, step_progress
 from .lsp_client import suggestion_text
 
@@ -312,32 +314,20 @@ def breakdown(client_ms: dict, recent: list[dict]) -> dict:
     names.remove("transport")
     names.append("transport")  # the pipes and this client: what the server cannot see
 
-    def pct(values: list[float], q: float) -> float:
-        ordered = sorted(values)
-        return round(ordered[min(len(ordered) - 1, int(len(ordered) * q))], 2)
-
-    stages = {}
-    for name in names:
-        values = [row["stages_ms"].get(name, 0.0) for row in rows]
-        stages[name] = {"p50": pct(values, 0.5), "p95": pct(values, 0.95), "mean": round(sum(values) / len(values), 2)}
+    stages = {name: spread([row["stages_ms"].get(name, 0.0) for row in rows], 2) for name in names}
     client = [row["client_ms"] for row in rows]
     server = [row["server_ms"] for row in rows]
     steps = [step for row in rows for step in row["steps"]]
-    kinds: dict[str, int] = {}
-    stops: dict[str, int] = {}
-    for row in rows:
-        kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1
-        if row["stop_reason"]:
-            stops[row["stop_reason"]] = stops.get(row["stop_reason"], 0) + 1
+    kinds = Counter(row["kind"] for row in rows)
+    stops = Counter(row["stop_reason"] for row in rows if row["stop_reason"])
     generated = [row for row in rows if row["tokens"]]
     tokens = sorted(row["tokens"] for row in generated)
     return {
-        "requests": len(rows), "kinds": kinds, "stages": stages,
-        "client_ms": {"p50": pct(client, 0.5), "p95": pct(client, 0.95), "mean": round(sum(client) / len(client), 2)},
-        "server_ms": {"p50": pct(server, 0.5), "p95": pct(server, 0.95), "mean": round(sum(server) / len(server), 2)},
+        "requests": len(rows), "kinds": dict(kinds), "stages": stages,
+        "client_ms": spread(client, 2), "server_ms": spread(server, 2),
         # the server's stages, summed over the requests, as a share of what the client measured
         "server_share_of_client": round(sum(server) / sum(client), 4) if sum(client) else None,
-        "stop_reasons": stops,
+        "stop_reasons": dict(stops),
         "tokens_per_request": {"p50": tokens[len(tokens) // 2], "mean": round(sum(tokens) / len(tokens), 2)}
         if tokens else None,
         # the decoding loop's time per generated token, over the requests that generated any
