@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from . import kv
+from .attention import line_attention
 from .drafts import build_drafters
 from .fim import (
     PLAIN,
@@ -324,6 +325,12 @@ class LocalEngine:
             logits = self.model(ids).logits[0, len(prompt) - 1:-1].float()
         loss = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):], reduction="sum")
         return float(loss), len(target)
+
+    def line_attention(self, text: str, rows: list[int], query_lines: int = 8,
+                       window_tokens: int = 1024) -> dict[int, tuple[int, list[float]]]:
+        """The attention the lines above each of `rows` pay to the lines before them (attention.py)."""
+        with self._lock:
+            return line_attention(self.model, self.encode, text, rows, query_lines, window_tokens)
 
     # --- status ---------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from . import languages
 from .packed import Region
 from .regions import FileAnalysis, analyze, score_units
 from .rendering import header, render
+from .similar import similarities
 
 CHARS_PER_TOKEN_MAX = 12  # no tokenizer packs more into one token: longer text cannot fit, skip counting
 
@@ -43,13 +44,17 @@ class Source:
     closers: tuple[int, ...] = ()  # units kept for their closing rows in range (`}` of enclosing blocks)
 
 
-def score_sources(doc, text: str, tree, cursor_row: int, used: set[str], other_docs: list) -> dict:
-    """Scores of the current file's units and of the other open files' (those with a use), and
-    the names all these files define."""
+def score_sources(doc, text: str, tree, cursor_row: int, used: set[str], other_docs: list,
+                  query: frozenset[str] = frozenset(), weights: dict | None = None,
+                  attended: tuple[int, list[float]] | None = None) -> dict:
+    """Scores of the current file's units and of the other open files' (those with a use or code
+    like the code being written, whose names are `query`), and the names all these files define."""
     analysis = analyze(text, tree, doc.language)
     known = set(analysis.symbols) | set(analysis.imports) | set(analysis.binds)
     enclosing = analysis.enclosing(cursor_row)
-    scores = score_units(analysis, used, cursor_row, enclosing)
+    similar = query and (weights or {}).get("similar_code", 1.0) != 0
+    scores = score_units(analysis, used, cursor_row, enclosing, weights,
+                         similarities(analysis, query) if similar else None, attended)
     other_sources = []
     for other in sorted(other_docs, key=lambda o: o.path):
         other_text, other_tree = other.snapshot()
@@ -57,7 +62,8 @@ def score_sources(doc, text: str, tree, cursor_row: int, used: set[str], other_d
             continue
         other_analysis = analyze(other_text, other_tree, other.language)
         known |= other_analysis.symbols.keys()
-        other_scores = score_units(other_analysis, used, None)
+        other_scores = score_units(other_analysis, used, None, (), weights,
+                                   similarities(other_analysis, query) if similar else None)
         if any(other_scores):
             other_sources.append(Source(other.path, other_analysis, other_scores,
                                         (0, len(other_analysis.lines)),

@@ -17,6 +17,7 @@ from .near import Rows, error_near, function_rows
 from .packed import PackedContext, Region
 from .regions import USE_WINDOW_LINES, identifiers
 from .rendering import marker
+from .similar import QUERY_LINES, query_names
 from .truncation import head_within, tail_within, truncate_around_cursor
 
 # Layout of what the model sees (far context in file order, the cursor's own prefix last):
@@ -42,7 +43,17 @@ _WORD_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 class ContextCompressor:
     """Builds the packed context for a cursor; holds the bounded caches that keep it fast and stable."""
 
-    def __init__(self, cache_size: int = 32):
+    def __init__(self, cache_size: int = 32, weights: dict | None = None,
+                 near_prefix_share: float = NEAR_PREFIX_SHARE,
+                 attention: Callable[[str, int], tuple[int, list[float]] | None] | None = None,
+                 contiguous_near: bool = False):
+        # Benchmarks pass other weights (None: regions.WEIGHTS) and shares, to ablate and tune.
+        self.weights = weights
+        self.near_prefix_share = near_prefix_share
+        # (text, cursor row) -> what the lines above the cursor attend to (regions.score_units), if known
+        self.attention = attention
+        # The near prefix runs on above the cursor's function (plain lines, no markers), up to its share.
+        self.contiguous_near = contiguous_near
         self._far_parts = LRU(cache_size)
         self._near_starts = LRU(cache_size)
         self._near_suffixes = LRU(cache_size)
@@ -97,8 +108,9 @@ class ContextCompressor:
             kept_below = None
 
         # Near prefix: from the start of the near window, unless too long (then from a later line).
-        near_prefix_budget = int((budget - suffix_budget) * NEAR_PREFIX_SHARE)
-        near_start, near_prefix_tokens = self._near_start(doc.uri, text, rows, def_start, near_prefix_budget,
+        near_prefix_budget = int((budget - suffix_budget) * self.near_prefix_share)
+        near_start, near_prefix_tokens = self._near_start(doc.uri, text, rows, 0 if self.contiguous_near else def_start,
+                                                          near_prefix_budget,
                                                           count_tokens)
         near_prefix = text[rows.offset(near_start):cursor]
         if near_prefix_tokens > budget - near_suffix_tokens:  # one enormous line: keep its tail
@@ -122,7 +134,10 @@ class ContextCompressor:
 
         def sources(side: str) -> list[Source]:
             if not state:
-                state.update(score_sources(doc, text, tree, cursor_row, used, other_docs))
+                query = query_names(text[rows.offset(max(def_start, cursor_row - 3 * QUERY_LINES)):cursor])
+                attended = self.attention(text, cursor_row) if self.attention is not None else None
+                state.update(score_sources(doc, text, tree, cursor_row, used, other_docs, query, self.weights,
+                                           attended))
                 analysis = state["analysis"]
                 state["closers"] = tuple(analysis.definitions[d].signature for d in analysis.enclosing(cursor_row)
                                          if any(r >= near_end for r in analysis.units[

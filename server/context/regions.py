@@ -45,7 +45,34 @@ WEIGHTS = {
     # everything else, by distance from the cursor (times proximity)
     "nearby_code": 1.5,           # code and comments above/below the near window
     "far_code": 0.1,              # floor for code anywhere in the file
+    # code like the lines above the cursor (similar.py), here or in another open file (times similarity)
+    "similar_code": 2.5,
+    # the share of attention the lines above the cursor pay to a unit, when the model was asked
+    # (engine/attention.py; times the share): off unless a packer is given attention
+    "attended_code": 20.0,
 }
+# Groups of weights that `memosight bench context --ablate` switches off, one group at a time.
+REGION_KINDS = {
+    "signatures": ("enclosing_signature", "used_signature", "other_signature", "sibling_signature",
+                   "outline_signature"),
+    "docstrings": ("enclosing_docstring", "used_docstring", "other_docstring"),
+    "far_definitions": ("used_signature", "used_variable", "used_body", "used_docstring", "binds_used"),
+    "imports": ("import_used", "import_unused"),
+    "other_files": ("other_signature", "other_docstring", "other_variable", "other_body"),
+    "nearby_code": ("nearby_code", "enclosing_body"),
+    "similar_code": ("similar_code",),
+    "attended_code": ("attended_code",),
+}
+
+
+def without(kinds, weights: dict | None = None) -> dict:
+    """`weights` (default WEIGHTS) with the groups `kinds` of REGION_KINDS set to 0."""
+    out = dict(WEIGHTS if weights is None else weights)
+    for kind in kinds:
+        if kind not in REGION_KINDS:
+            raise ValueError(f"unknown region kind {kind!r}; choose from {', '.join(REGION_KINDS)}")
+        out.update(dict.fromkeys(REGION_KINDS[kind], 0.0))
+    return out
 DOC_REST = 0.25  # the rest of a long docstring scores this share of its head
 PROXIMITY_LINES = 25.0  # proximity = exp(-distance_in_lines / PROXIMITY_LINES)
 AMBIGUITY_DECAY = 0.5  # the k-th nearest definition of a name defined several times scores 0.5**k
@@ -331,10 +358,13 @@ def proximity(distance: int) -> float:
 
 
 def score_units(analysis: FileAnalysis, used: set[str], cursor_row: int | None,
-                enclosing: list[int] = ()) -> list[float]:
+                enclosing: list[int] = (), weights: dict | None = None,
+                similar: list[float] | None = None, attended: tuple[int, list[float]] | None = None) -> list[float]:
     """A score per unit. `cursor_row` is None for another open document (only the definitions of
-    the symbols used near the cursor count there)."""
-    w = WEIGHTS
+    the symbols used near the cursor count there). `similar`: each unit's similarity to the code
+    being written (similar.py); `attended`: (first row, attention share of each row from it) that
+    the lines above the cursor pay to the rows before them (engine/attention.py)."""
+    w = WEIGHTS if weights is None else weights
     same_file = cursor_row is not None
     scores = [0.0] * len(analysis.units)
     if same_file:
@@ -382,4 +412,13 @@ def score_units(analysis: FileAnalysis, used: set[str], cursor_row: int | None,
                 unit = analysis.units[u]
                 kind = "docstring" if unit.kind == "docstring" else "body"
                 scores[u] = max(scores[u], w[prefix + kind] * factor * (1 if unit.head else DOC_REST))
+    for u, similarity in enumerate(similar or ()):
+        if similarity:
+            scores[u] = max(scores[u], w["similar_code"] * similarity)
+    if attended is not None and w["attended_code"]:
+        first, shares = attended
+        for u, unit in enumerate(analysis.units):
+            share = sum(shares[r - first] for r in range(max(first, unit.rows[0]), min(unit.rows[1], first + len(shares))))
+            if share > 0:
+                scores[u] = max(scores[u], w["attended_code"] * share)
     return scores

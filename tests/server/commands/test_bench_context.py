@@ -7,9 +7,10 @@ from memosight.server.commands.bench_context import _origin_lines
 
 
 def test_bench_context_runs_without_a_model(tmp_path, capsys):
-    body = "".join(f"class C{i}:\n    def run(self, items):\n        total = LIMIT_{i % 3} + len(items)\n"
-                   f"        for item in items:\n            total += item * {i}\n        return total\n\n\n"
-                   for i in range(60))
+    # each class its own names: in 60 copies of one body, every body would be "code like this one"
+    body = "".join(f"class C{i}:\n    def run(self, items_{i}):\n        total_{i} = LIMIT_{i % 3} + len(items_{i})\n"
+                   f"        for item_{i} in items_{i}:\n            total_{i} += item_{i} * {i}\n"
+                   f"        return total_{i}\n\n\n" for i in range(60))
     (tmp_path / "consts.py").write_text("".join(f"LIMIT_{i} = {i * 7}\n" for i in range(3)) + "\n" * 80)
     (tmp_path / "big.py").write_text("from consts import LIMIT_0, LIMIT_1, LIMIT_2\n\n\n" + body)
     assert main(["bench", "context", "--corpus", str(tmp_path), "--budget", "256", "--no-model",
@@ -32,11 +33,16 @@ def test_bench_context_with_a_model_reports_exact_match_and_line_loss_for_long_f
     assert main(["bench", "context", "--corpus", str(tmp_path), "--budget", "256", "--model", str(tiny_model_dir),
                  "--device", "cpu", "--max-positions", "6", "--em-positions", "3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["em_positions"] == out["em_positions_long_files"] == 3
+    groups = out["next_line"]
+    assert out["em_positions"] == groups["all"]["compressed"]["positions"] == groups["lines600+"]["truncated"]["positions"] == 3
+    assert sum(groups[g]["truncated"]["positions"] for g in ("far", "other_file", "near") if g in groups) == 3
     for name in ("compressed", "truncated", "truncated_2x"):
-        assert out[f"exact_match_{name}"] * 3 in (0, 1, 2, 3)  # lines right, of the 3 asked
-        assert out[f"first_request_ms_p50_{name}"] > 0
-        assert out[f"line_loss_{name}"] > 0 and out[f"line_loss_long_{name}"] == out[f"line_loss_{name}"]
+        figures = groups["all"][name]
+        assert figures["exact_match"] * 3 == figures["exact_lines"] in (0, 1, 2, 3)  # lines right, of the 3 asked
+        assert 0 <= figures["prefix_chars"] <= figures["prefix_chars_share"] * 1e9
+        assert figures["first_request_ms_p50"] > 0 and out[f"first_request_ms_p50_{name}"] > 0
+        assert figures["line_loss"] > 0 and groups["lines600+"][name]["line_loss"] == figures["line_loss"]
+    assert groups["all"]["truncated_2x"]["prompt_tokens_p50"] > groups["all"]["truncated"]["prompt_tokens_p50"]
 
 
 def test_origin_lines_are_the_first_far_lines_of_each_name():
