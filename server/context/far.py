@@ -46,7 +46,7 @@ class Source:
 
 def score_sources(doc, text: str, tree, cursor_row: int, used: set[str], other_docs: list,
                   query: frozenset[str] = frozenset(), weights: dict | None = None,
-                  attended: tuple[int, list[float]] | None = None) -> dict:
+                  attended: tuple[int, list[float]] | None = None, shown: set[str] = frozenset()) -> dict:
     """Scores of the current file's units and of the other open files' (those with a use or code
     like the code being written, whose names are `query`), and the names all these files define."""
     analysis = analyze(text, tree, doc.language)
@@ -54,7 +54,7 @@ def score_sources(doc, text: str, tree, cursor_row: int, used: set[str], other_d
     enclosing = analysis.enclosing(cursor_row)
     similar = query and (weights or {}).get("similar_code", 1.0) != 0
     scores = score_units(analysis, used, cursor_row, enclosing, weights,
-                         similarities(analysis, query) if similar else None, attended)
+                         similarities(analysis, query) if similar else None, attended, shown)
     other_sources = []
     for other in sorted(other_docs, key=lambda o: o.path):
         other_text, other_tree = other.snapshot()
@@ -63,7 +63,7 @@ def score_sources(doc, text: str, tree, cursor_row: int, used: set[str], other_d
         other_analysis = analyze(other_text, other_tree, other.language)
         known |= other_analysis.symbols.keys()
         other_scores = score_units(other_analysis, used, None, (), weights,
-                                   similarities(other_analysis, query) if similar else None)
+                                   similarities(other_analysis, query) if similar else None, None, shown)
         if any(other_scores):
             other_sources.append(Source(other.path, other_analysis, other_scores,
                                         (0, len(other_analysis.lines)),

@@ -29,7 +29,11 @@ from .truncation import head_within, tail_within, truncate_around_cursor
 # they are chosen again only when the near part outgrows the room left for it, or when the user
 # completes a name whose definition they did not consider (its definition should come in).
 
-NEAR_PREFIX_SHARE = 0.7  # of the prefix budget: the most the cursor's own function may take
+NEAR_PREFIX_SHARE = 0.8  # of the prefix budget: the most the near prefix may take
+# The near prefix runs on above the cursor's function as plain lines (no markers), up to its share:
+# with SmolLM2-135M on held-out code (budget 512, 80 cursors) the true next line's loss fell from
+# 2.701 to 2.673 nats/token (function only, share 0.7), below plain truncation's 2.676.
+CONTIGUOUS_NEAR = True
 NEAR_SUFFIX_SHARE = 0.85  # of the suffix budget: the rest of the function after the cursor
 GROWTH_RESERVE = 0.15  # of the budget, left free when far parts are re-chosen because typing outgrew them
 COLD_RESERVE = 0.05  # ... and when chosen for the first time for a near window
@@ -46,13 +50,12 @@ class ContextCompressor:
     def __init__(self, cache_size: int = 32, weights: dict | None = None,
                  near_prefix_share: float = NEAR_PREFIX_SHARE,
                  attention: Callable[[str, int], tuple[int, list[float]] | None] | None = None,
-                 contiguous_near: bool = False):
+                 contiguous_near: bool = CONTIGUOUS_NEAR):
         # Benchmarks pass other weights (None: regions.WEIGHTS) and shares, to ablate and tune.
         self.weights = weights
         self.near_prefix_share = near_prefix_share
         # (text, cursor row) -> what the lines above the cursor attend to (regions.score_units), if known
         self.attention = attention
-        # The near prefix runs on above the cursor's function (plain lines, no markers), up to its share.
         self.contiguous_near = contiguous_near
         self._far_parts = LRU(cache_size)
         self._near_starts = LRU(cache_size)
@@ -107,7 +110,8 @@ class ContextCompressor:
             near_suffix_tokens = count(near_suffix) if near_suffix else 0
             kept_below = None
 
-        # Near prefix: from the start of the near window, unless too long (then from a later line).
+        # Near prefix: from the start of the near window (or, contiguous, of the file), unless too long
+        # (then from a later line).
         near_prefix_budget = int((budget - suffix_budget) * self.near_prefix_share)
         near_start, near_prefix_tokens = self._near_start(doc.uri, text, rows, 0 if self.contiguous_near else def_start,
                                                           near_prefix_budget,
@@ -126,6 +130,9 @@ class ContextCompressor:
         typing = len(line) - len(line.rstrip(_WORD_CHARS))
         used = identifiers(text[rows.offset(max(def_start, cursor_row - USE_WINDOW_LINES)):cursor - typing]
                            + " " + text[cursor:rows.offset(min(def_end + 1, cursor_row + USE_WINDOW_LINES))])
+        # Names shown above the function (the near prefix runs on) want their definitions too, less.
+        shown = identifiers(text[rows.offset(max(near_start, cursor_row - USE_WINDOW_LINES)):rows.offset(def_start)]) \
+            - used if near_start < def_start else set()
         state = {}  # analysis and scores, computed once if either far part must be rebuilt
 
         def known() -> frozenset[str]:
@@ -137,7 +144,7 @@ class ContextCompressor:
                 query = query_names(text[rows.offset(max(def_start, cursor_row - 3 * QUERY_LINES)):cursor])
                 attended = self.attention(text, cursor_row) if self.attention is not None else None
                 state.update(score_sources(doc, text, tree, cursor_row, used, other_docs, query, self.weights,
-                                           attended))
+                                           attended, shown))
                 analysis = state["analysis"]
                 state["closers"] = tuple(analysis.definitions[d].signature for d in analysis.enclosing(cursor_row)
                                          if any(r >= near_end for r in analysis.units[

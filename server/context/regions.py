@@ -79,6 +79,7 @@ AMBIGUITY_DECAY = 0.5  # the k-th nearest definition of a name defined several t
 BODY_CHUNK_LINES = 8  # bodies and top-level code are cut into chunks of about this many lines
 DOC_HEAD_LINES = 4  # a long docstring or comment: its first lines (and closing line) are one unit, the rest another
 USE_WINDOW_LINES = 80  # identifiers this close to the cursor (within its function) count as used
+SHOWN_FACTOR = 0.5  # ... and those shown above its function (the near prefix runs on): this share
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Names a line binds: assignment targets (`a, self.b = ...`, `let x =`, `x := ...`), loop and `as` names.
@@ -359,11 +360,13 @@ def proximity(distance: int) -> float:
 
 def score_units(analysis: FileAnalysis, used: set[str], cursor_row: int | None,
                 enclosing: list[int] = (), weights: dict | None = None,
-                similar: list[float] | None = None, attended: tuple[int, list[float]] | None = None) -> list[float]:
+                similar: list[float] | None = None, attended: tuple[int, list[float]] | None = None,
+                shown: set[str] = frozenset()) -> list[float]:
     """A score per unit. `cursor_row` is None for another open document (only the definitions of
     the symbols used near the cursor count there). `similar`: each unit's similarity to the code
     being written (similar.py); `attended`: (first row, attention share of each row from it) that
-    the lines above the cursor pay to the rows before them (engine/attention.py)."""
+    the lines above the cursor pay to the rows before them (engine/attention.py); `shown`: names
+    in the lines shown above the cursor's function, whose definitions count SHOWN_FACTOR as much."""
     w = WEIGHTS if weights is None else weights
     same_file = cursor_row is not None
     scores = [0.0] * len(analysis.units)
@@ -389,23 +392,23 @@ def score_units(analysis: FileAnalysis, used: set[str], cursor_row: int | None,
                 elif definition.kind == "function":
                     distance = cursor_row - unit.rows[1]
                     scores[u] = max(scores[u], w["enclosing_body"] * proximity(distance))
-        for name in used & analysis.imports.keys():
+        for name in (used | shown) & analysis.imports.keys():
             for u in analysis.imports[name]:
-                scores[u] = max(scores[u], w["import_used"])
+                scores[u] = max(scores[u], w["import_used"] * (1 if name in used else SHOWN_FACTOR))
         for name in used & analysis.binds.keys():
             above = [u for u in analysis.binds[name] if analysis.units[u].rows[1] <= cursor_row]
             if above:
                 scores[above[-1]] = max(scores[above[-1]], w["binds_used"])
     prefix = "used_" if same_file else "other_"
     enclosing = set(enclosing)
-    for name in used & analysis.symbols.keys():
+    for name in (used | shown) & analysis.symbols.keys():
         # A name defined in many places (`__repr__`, `get`): the nearest definition counts most.
         found = [d for d in analysis.symbols[name] if d not in enclosing]
         if same_file:
             found.sort(key=lambda d: abs(cursor_row - analysis.definitions[d].start))
         for rank, d in enumerate(found):
             definition = analysis.definitions[d]
-            factor = AMBIGUITY_DECAY ** rank
+            factor = AMBIGUITY_DECAY ** rank * (1 if name in used else SHOWN_FACTOR)
             sig_kind = "variable" if definition.kind == "variable" else "signature"
             scores[definition.signature] = max(scores[definition.signature], w[prefix + sig_kind] * factor)
             for u in definition.units:

@@ -220,3 +220,26 @@ def test_tiny_budgets_and_any_suffix_share_stay_within_budget(budget, suffix_sha
     for offset in range(0, len(doc.text), 331):
         packed = compressor.build(doc, offset, budget, suffix_share, PIECES)
         assert packed.prompt_tokens == PIECES(packed.prefix) + PIECES(packed.suffix) <= budget
+
+
+def test_the_near_prefix_runs_on_above_a_short_function_as_plain_lines():
+    doc = Document("file:///m.py", python_module() + "\n\ndef use(value):\n    total = value\n    ", "python")
+    packed = ContextCompressor().build(doc, len(doc.text), 300, 0.0, PIECES)
+    # the helper right above the cursor's function, whole and unmarked, as plain truncation would show it
+    assert packed.prefix.endswith("    return total + os.getpid()\n\n\ndef use(value):\n    total = value\n    ")
+    near = next(r for r in packed.regions if r.kind == "cursor_prefix")
+    assert near.start_line < doc.text.count("\n") - 5
+    only_function = ContextCompressor(contiguous_near=False).build(doc, len(doc.text), 300, 0.0, PIECES)
+    assert next(r for r in only_function.regions if r.kind == "cursor_prefix").start_line == doc.text.count("\n") - 1
+
+
+def test_names_used_in_the_function_outrank_names_only_shown_above_it():
+    helpers = "".join(f"def shown_{i}(a, b):\n    return a + b * {i}\n\n\n" for i in range(20))
+    lines_above = "".join(f"    shown_{i}(1, 2)\n" for i in range(20))
+    text = (helpers + "LIMIT = 7919\n\n\n" + "\n\n".join(f"def filler_{i}():\n    return {i}" for i in range(200))
+            + "\n\n\ndef caller():\n" + lines_above + "\n\ndef user():\n    n = LIMIT\n    ")
+    doc = Document("file:///m.py", text, "python")
+    packed = ContextCompressor().build(doc, len(text), 260, 0.0, PIECES)
+    # LIMIT, used in the cursor's function, comes in before the helpers only shown above it
+    assert "LIMIT = 7919" in packed.prefix
+    assert "def shown_" in packed.prefix  # ... which still come, as budget allows
