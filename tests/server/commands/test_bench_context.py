@@ -50,3 +50,34 @@ def test_origin_lines_are_the_first_far_lines_of_each_name():
     row = len(lines) - 1
     assert _origin_lines(lines, row, {"LIMIT", "os", "total"}) == {"LIMIT": "LIMIT = 3", "os": "import os"}
     assert _origin_lines(lines, 31, {"LIMIT"}) == {}  # row 1 is only 30 lines up: not far
+
+
+def test_several_budgets_ablations_and_variants_in_one_run(tmp_path, tiny_model_dir, capsys):
+    body = "".join(f"def step_{i}(items):\n    \"\"\"Step {i}.\"\"\"\n    total = 0\n    for item in items:\n"
+                   f"        total += item * {i}\n    return total\n\n\n" for i in range(50))
+    (tmp_path / "mod.py").write_text("import math\n\n\n" + body)
+    assert main(["bench", "context", "--corpus", str(tmp_path), "--budget", "64,128", "--model", str(tiny_model_dir),
+                 "--device", "cpu", "--max-positions", "4", "--em-positions", "2", "--no-generate",
+                 "--ablate", "docstrings", "--variant", "wide:contiguous=0,near_prefix_share=0.5",
+                 "--variant", "att:attention=256", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["budgets"]) == {"64", "128"} and out["budget"] == 64
+    for budget, result in out["budgets"].items():
+        figures = result["next_line"]["all"]
+        assert set(figures) == {"compressed", "compressed_no_docstrings", "wide", "att", "truncated", "truncated_2x"}
+        for name, f in figures.items():
+            assert f["positions"] == 2 and f["line_loss"] > 0 and "exact_match" not in f  # --no-generate
+            limit = 2 * int(budget) if name == "truncated_2x" else int(budget)
+            assert f["prompt_tokens_p50"] <= limit
+
+
+def test_bad_budgets_kinds_and_variant_keys_are_named(tmp_path, capsys):
+    (tmp_path / "m.py").write_text("x = 1\n" * 100)
+    for argv, message in ((["--budget", "512,abc"], "give token budgets"),
+                          (["--ablate", "comments"], "unknown region kind(s) comments"),
+                          (["--variant", "v:speed=3"], "unknown key 'speed'")):
+        try:
+            code = main(["bench", "context", "--corpus", str(tmp_path), "--no-model", *argv])
+        except SystemExit as exit:  # argparse's own usage error
+            code = exit.code
+        assert code == 2 and message in capsys.readouterr().err
