@@ -33,8 +33,8 @@ def _eager_attention(model):
 def line_attention(model, encode, text: str, rows: list[int], query_lines: int = 8,
                    window_tokens: int = 1024) -> dict[int, tuple[int, list[float]]]:
     """For each row of `rows`: (first line, masses), masses[i] the share of attention that the
-    tokens of the `query_lines` lines above that row pay to line first_line + i (blank and sink
-    tokens aside, the shares of the lines before the query sum to at most 1)."""
+    tokens of the `query_lines` lines above that row pay to line first_line + i (the window's
+    first SINK_TOKENS aside; the shares of the lines before the query sum to at most 1)."""
     lines = text.split("\n")
     line_ids = [encode(line + "\n") if i < len(lines) - 1 else encode(line) for i, line in enumerate(lines)]
     attention_layers = [m for m in model.modules() if type(m).__name__.endswith("Attention")]

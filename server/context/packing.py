@@ -22,7 +22,8 @@ from .truncation import head_within, tail_within, truncate_around_cursor
 
 # Layout of what the model sees (far context in file order, the cursor's own prefix last):
 #   prefix = [other open files: chosen units] [this file above the near window: chosen units]
-#            [near prefix: the enclosing function from its start (or, if too long, a later line) to the cursor]
+#            [near prefix: plain lines up to the cursor, from NEAR_PREFIX_SHARE of the budget above it, or
+#             from the enclosing function's start where that is less (CONTIGUOUS_NEAR off: from its start)]
 #   suffix = [near suffix: the rest of the enclosing function] [this file below it: chosen units]
 # Skipped lines become one elision marker (`# ...`). The far parts are cached per (content of the
 # far text, near window), so typing inside one function leaves them, and the prompt's head, unchanged;

@@ -51,6 +51,14 @@ WEIGHTS = {
     # (engine/attention.py; times the share): off unless a packer is given attention
     "attended_code": 20.0,
 }
+DOC_REST = 0.25  # the rest of a long docstring scores this share of its head
+PROXIMITY_LINES = 25.0  # proximity = exp(-distance_in_lines / PROXIMITY_LINES)
+AMBIGUITY_DECAY = 0.5  # the k-th nearest definition of a name defined several times scores 0.5**k
+BODY_CHUNK_LINES = 8  # bodies and top-level code are cut into chunks of about this many lines
+DOC_HEAD_LINES = 4  # a long docstring or comment: its first lines (and closing line) are one unit, the rest another
+USE_WINDOW_LINES = 80  # identifiers this close to the cursor (within its function) count as used
+SHOWN_FACTOR = 0.5  # ... and those shown above its function (the near prefix runs on): this share
+
 # Groups of weights that `memosight bench context --ablate` switches off, one group at a time.
 REGION_KINDS = {
     "signatures": ("enclosing_signature", "used_signature", "other_signature", "sibling_signature",
@@ -73,13 +81,7 @@ def without(kinds, weights: dict | None = None) -> dict:
             raise ValueError(f"unknown region kind {kind!r}; choose from {', '.join(REGION_KINDS)}")
         out.update(dict.fromkeys(REGION_KINDS[kind], 0.0))
     return out
-DOC_REST = 0.25  # the rest of a long docstring scores this share of its head
-PROXIMITY_LINES = 25.0  # proximity = exp(-distance_in_lines / PROXIMITY_LINES)
-AMBIGUITY_DECAY = 0.5  # the k-th nearest definition of a name defined several times scores 0.5**k
-BODY_CHUNK_LINES = 8  # bodies and top-level code are cut into chunks of about this many lines
-DOC_HEAD_LINES = 4  # a long docstring or comment: its first lines (and closing line) are one unit, the rest another
-USE_WINDOW_LINES = 80  # identifiers this close to the cursor (within its function) count as used
-SHOWN_FACTOR = 0.5  # ... and those shown above its function (the near prefix runs on): this share
+
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Names a line binds: assignment targets (`a, self.b = ...`, `let x =`, `x := ...`), loop and `as` names.
