@@ -57,13 +57,13 @@ def line_attention(model, encode, text: str, rows: list[int], query_lines: int =
 
         def hook(_module, _inputs, output):
             weights = output[1]  # (1, heads, T, T)
-            total.add_(weights[0, :, -n_query:, :].float().mean(dim=(0, 1)))
+            total.add_(weights[0, :, -n_query:, :].float().mean(dim=(0, 1)).cpu())
             count[0] += 1
 
         handles = [m.register_forward_hook(hook) for m in attention_layers]
         try:
             with torch.inference_mode(), _eager_attention(model):
-                model(torch.tensor([ids], device=next(model.parameters()).device))
+                model(torch.tensor([ids], device=next(model.parameters()).device), use_cache=False, logits_to_keep=1)
         finally:
             for handle in handles:
                 handle.remove()

@@ -46,7 +46,7 @@ from pathlib import Path
 from memosight.engine.protocol import CompletionRequest, RequestOptions, StopRule
 
 from ..context.languages import LANGUAGES_BY_SUFFIX
-from ..context.packing import NEAR_PREFIX_SHARE, ContextCompressor
+from ..context.packing import CONTIGUOUS_NEAR, NEAR_PREFIX_SHARE, ContextCompressor
 from ..context.regions import REGION_KINDS, WEIGHTS, analyze, identifiers, without
 from ..context.truncation import truncate_around_cursor
 from ..context.workspace import WorkspaceIndex
@@ -272,7 +272,7 @@ def _variants(args, engine) -> dict[str, ContextCompressor]:
         compressors[f"compressed_no_{kind}"] = ContextCompressor(weights=without([kind]))
     for spec in args.variant:
         name, _, settings = spec.partition(":")
-        weights, share, window, contiguous = dict(WEIGHTS), NEAR_PREFIX_SHARE, 0, False
+        weights, share, window, contiguous = dict(WEIGHTS), NEAR_PREFIX_SHARE, 0, CONTIGUOUS_NEAR
         for item in filter(None, settings.split(",")):
             key, _, value = item.partition("=")
             if key == "near_prefix_share":

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from ..caching import LRU, content_hash
 from . import languages
-from .far import FarPart, Source, choose, score_sources
+from .far import CHARS_PER_TOKEN_MAX, FarPart, Source, choose, score_sources
 from .near import Rows, error_near, function_rows
 from .packed import PackedContext, Region
 from .regions import USE_WINDOW_LINES, identifiers
@@ -22,13 +22,15 @@ from .truncation import head_within, tail_within, truncate_around_cursor
 
 # Layout of what the model sees (far context in file order, the cursor's own prefix last):
 #   prefix = [other open files: chosen units] [this file above the near window: chosen units]
-#            [near prefix: plain lines up to the cursor, from NEAR_PREFIX_SHARE of the budget above it, or
-#             from the enclosing function's start where that is less (CONTIGUOUS_NEAR off: from its start)]
+#            [near prefix: plain lines up to the cursor, as many as NEAR_PREFIX_SHARE of the budget holds
+#             (CONTIGUOUS_NEAR off: from the enclosing function's start, or a later line if it is too long)]
 #   suffix = [near suffix: the rest of the enclosing function] [this file below it: chosen units]
 # Skipped lines become one elision marker (`# ...`). The far parts are cached per (content of the
 # far text, near window), so typing inside one function leaves them, and the prompt's head, unchanged;
-# they are chosen again only when the near part outgrows the room left for it, or when the user
-# completes a name whose definition they did not consider (its definition should come in).
+# they are chosen again when the near part outgrows the room left for it (the near prefix then starts
+# lower: after about NEAR_SLACK of its share typed), or when the user completes a name whose
+# definition they did not consider (its definition should come in). Names only shown above the
+# function are read when a far part is chosen; a newly shown one does not trigger a new choice.
 
 NEAR_PREFIX_SHARE = 0.8  # of the prefix budget: the most the near prefix may take
 # The near prefix runs on above the cursor's function as plain lines (no markers), up to its share:
@@ -114,9 +116,9 @@ class ContextCompressor:
         # Near prefix: from the start of the near window (or, contiguous, of the file), unless too long
         # (then from a later line).
         near_prefix_budget = int((budget - suffix_budget) * self.near_prefix_share)
-        near_start, near_prefix_tokens = self._near_start(doc.uri, text, rows, 0 if self.contiguous_near else def_start,
-                                                          near_prefix_budget,
-                                                          count_tokens)
+        near_start, near_prefix_tokens = self._near_start(doc.uri, text, rows, def_start,
+                                                          0 if self.contiguous_near else def_start,
+                                                          near_prefix_budget, count_tokens)
         near_prefix = text[rows.offset(near_start):cursor]
         if near_prefix_tokens > budget - near_suffix_tokens:  # one enormous line: keep its tail
             near_prefix = tail_within(near_prefix, budget - near_suffix_tokens, count_tokens)
@@ -142,7 +144,7 @@ class ContextCompressor:
 
         def sources(side: str) -> list[Source]:
             if not state:
-                query = query_names(text[rows.offset(max(def_start, cursor_row - 3 * QUERY_LINES)):cursor])
+                query = query_names(text[rows.offset(max(def_start, cursor_row - 3 * QUERY_LINES)):cursor - typing])
                 attended = self.attention(text, cursor_row) if self.attention is not None else None
                 state.update(score_sources(doc, text, tree, cursor_row, used, other_docs, query, self.weights,
                                            attended, shown))
@@ -235,30 +237,32 @@ class ContextCompressor:
         self._near_suffixes.put(key, (kept, cut))
         return kept, cut
 
-    def _near_start(self, uri: str, text: str, rows: Rows, def_start: int, budget: int,
+    def _near_start(self, uri: str, text: str, rows: Rows, def_start: int, lower: int, budget: int,
                     count_tokens) -> tuple[int, int]:
-        """The first row of the near prefix, and the prefix's tokens: the window's start if it fits,
-        else the first row whose tail fits with NEAR_SLACK to spare; remembered, so that it stays put
-        while the user types."""
+        """The first row of the near prefix, and the prefix's tokens: `lower` (the window's start, or
+        the file's when the near prefix runs on) if it fits, else the first row whose tail fits with
+        NEAR_SLACK to spare; remembered per window, so that it stays put while the user types."""
         cursor, cursor_row = rows.cursor, rows.cursor_row
-        key = (uri, def_start, content_hash(text[:rows.offset(def_start)]))
+        key = (uri, def_start, lower, content_hash(text[:rows.offset(def_start)]))
         cached = self._near_starts.get(key)
-        if cached is not None and def_start <= cached <= cursor_row:
+        if cached is not None and lower <= cached <= cursor_row:
             tokens = self._tail_tokens(text, rows, cached, count_tokens)
             if tokens <= budget:
                 return cached, tokens
-        start = def_start
+        # No tokenizer packs more than CHARS_PER_TOKEN_MAX characters a token: rows further up cannot
+        # fit, and are never counted (the file above may be long).
+        start = max(lower, text.count("\n", 0, max(0, cursor - budget * CHARS_PER_TOKEN_MAX)))
         tokens = self._tail_tokens(text, rows, start, count_tokens)
         if tokens > budget:
             target = int(budget * (1 - NEAR_SLACK))
-            low, high = def_start + 1, cursor_row  # smallest row whose tail fits the target
+            low, high = start + 1, cursor_row  # smallest row whose tail fits the target
             while low < high:
                 mid = (low + high) // 2
                 if count_tokens(text[rows.offset(mid):cursor]) <= target:
                     high = mid
                 else:
                     low = mid + 1
-            start = low
+            start = min(low, cursor_row)  # the cursor's own line, always
             tokens = self._tail_tokens(text, rows, start, count_tokens)
         self._near_starts.put(key, start)
         return start, tokens

@@ -419,8 +419,8 @@ def score_units(analysis: FileAnalysis, used: set[str], cursor_row: int | None,
                 scores[u] = max(scores[u], w[prefix + kind] * factor * (1 if unit.head else DOC_REST))
     for u, similarity in enumerate(similar or ()):
         if similarity:
-            scores[u] = max(scores[u], w["similar_code"] * similarity)
-    if attended is not None and w["attended_code"]:
+            scores[u] = max(scores[u], w.get("similar_code", 0.0) * similarity)
+    if attended is not None and w.get("attended_code"):
         first, shares = attended
         for u, unit in enumerate(analysis.units):
             share = sum(shares[r - first] for r in range(max(first, unit.rows[0]), min(unit.rows[1], first + len(shares))))

@@ -41,8 +41,9 @@ def unit_names(analysis: FileAnalysis) -> list[frozenset[str]]:
 
 
 def similarities(analysis: FileAnalysis, query: frozenset[str]) -> list[float]:
-    """Jaccard similarity of each code unit to `query` (0 below MIN_SIMILARITY, and for imports,
-    signatures and docstrings: those come in for the names they define)."""
+    """Jaccard similarity of each body and top-level code unit to `query` (0 below MIN_SIMILARITY,
+    and for every other kind: signatures, docstrings, imports, comments and variables come in for
+    the names they define)."""
     out = [0.0] * len(analysis.units)
     if not query:
         return out

@@ -243,3 +243,24 @@ def test_names_used_in_the_function_outrank_names_only_shown_above_it():
     # LIMIT, used in the cursor's function, comes in before the helpers only shown above it
     assert "LIMIT = 7919" in packed.prefix
     assert "def shown_" in packed.prefix  # ... which still come, as budget allows
+
+
+def test_a_remembered_near_start_is_never_reused_for_another_function():
+    doc = Document("file:///m.py", python_module(), "python")
+    compressor = ContextCompressor()
+    low_row = doc.text.count("\n") - 1
+    remembered = next(r for r in compressor.build(doc, doc.offset_at(Position(low_row, 4)), 300, 0.0, PIECES).regions
+                      if r.kind == "cursor_prefix").start_line - 1
+    # a cursor in an earlier function, below that remembered start: its own near prefix starts higher up
+    row = next(r for r in range(remembered + 2, low_row - 10) if doc.text.split("\n")[r].startswith("    total = "))
+    near = next(r for r in compressor.build(doc, doc.offset_at(Position(row, 4)), 300, 0.0, PIECES).regions
+                if r.kind == "cursor_prefix")
+    fresh = next(r for r in ContextCompressor().build(doc, doc.offset_at(Position(row, 4)), 300, 0.0,
+                                                      PIECES).regions if r.kind == "cursor_prefix")
+    assert near.start_line == fresh.start_line < remembered
+
+
+def test_a_first_line_longer_than_the_budget_keeps_its_tail():
+    text = "VALUES = [" + ", ".join(str(i) for i in range(2000)) + ", "
+    packed = ContextCompressor().build(Document("file:///m.py", text, "python"), len(text), 128, 0.0, PIECES)
+    assert packed.prefix and text.endswith(packed.prefix) and packed.prompt_tokens <= 128
