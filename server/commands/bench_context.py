@@ -280,8 +280,8 @@ def _variants(args, engine) -> dict[str, ContextCompressor]:
             elif key == "contiguous":  # the near prefix runs on above the cursor's function
                 contiguous = value not in ("0", "false", "")
             elif key == "attention":  # the model's own attention as a region score: attention=WINDOW_TOKENS
-                if not hasattr(engine, "line_attention"):
-                    raise CommandError(f"--variant {spec!r}: attention needs an in-process model (not --no-model)")
+                if engine is None:
+                    raise CommandError(f"--variant {spec!r}: attention needs a model (not --no-model)")
                 window = int(value)
             elif key in weights:
                 weights[key] = float(value)

@@ -133,9 +133,6 @@ class ContextCompressor:
         typing = len(line) - len(line.rstrip(_WORD_CHARS))
         used = identifiers(text[rows.offset(max(def_start, cursor_row - USE_WINDOW_LINES)):cursor - typing]
                            + " " + text[cursor:rows.offset(min(def_end + 1, cursor_row + USE_WINDOW_LINES))])
-        # Names shown above the function (the near prefix runs on) want their definitions too, less.
-        shown = identifiers(text[rows.offset(max(near_start, cursor_row - USE_WINDOW_LINES)):rows.offset(def_start)]) \
-            - used if near_start < def_start else set()
         state = {}  # analysis and scores, computed once if either far part must be rebuilt
 
         def known() -> frozenset[str]:
@@ -146,6 +143,10 @@ class ContextCompressor:
             if not state:
                 query = query_names(text[rows.offset(max(def_start, cursor_row - 3 * QUERY_LINES)):cursor - typing])
                 attended = self.attention(text, cursor_row) if self.attention is not None else None
+                # Names shown above the function (the near prefix runs on) want their definitions too, less;
+                # read here, when a far part is chosen, not on every keystroke.
+                shown = identifiers(text[rows.offset(max(near_start, cursor_row - USE_WINDOW_LINES)):
+                                         rows.offset(def_start)]) - used if near_start < def_start else set()
                 state.update(score_sources(doc, text, tree, cursor_row, used, other_docs, query, self.weights,
                                            attended, shown))
                 analysis = state["analysis"]
