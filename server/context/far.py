@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from . import languages
 from .packed import Region
-from .regions import FileAnalysis, analyze, score_units
+from .regions import WEIGHTS, FileAnalysis, analyze, score_units
 from .rendering import header, render
 from .similar import similarities
 
@@ -52,7 +52,7 @@ def score_sources(doc, text: str, tree, cursor_row: int, used: set[str], other_d
     analysis = analyze(text, tree, doc.language)
     known = set(analysis.symbols) | set(analysis.imports) | set(analysis.binds)
     enclosing = analysis.enclosing(cursor_row)
-    similar = query and (weights or {}).get("similar_code", 1.0) != 0
+    similar = bool(query) and (weights or WEIGHTS)["similar_code"] != 0  # skip the Jaccard pass when off
     scores = score_units(analysis, used, cursor_row, enclosing, weights,
                          similarities(analysis, query) if similar else None, attended, shown)
     other_sources = []
