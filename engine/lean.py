@@ -151,10 +151,12 @@ class LeanDecoder:
             q = q.view(1, t, -1, layer.head_dim).transpose(1, 2)
             k = k.view(1, t, -1, layer.head_dim).transpose(1, 2)
             v = v.view(1, t, -1, layer.head_dim).transpose(1, 2)
-            k, v = cache.layers[i].update(_rotate(k, cos, sin), v)
-            q = _rotate(q, cos, sin)
+            k, q = _rotate(k, cos, sin), _rotate(q, cos, sin)
             if self.attention_dtype is not None:
+                # the cache itself holds float64: converting it whole at every step cost more than
+                # the int8 layers' sums saved (2.3 of 27 ms a token at 300 cached tokens)
                 q, k, v = q.to(self.attention_dtype), k.to(self.attention_dtype), v.to(self.attention_dtype)
+            k, v = cache.layers[i].update(k, v)
             # Grouped kv heads go to SDPA as they are: repeating them (as transformers does when
             # there is a mask) copies the whole cache every step, and gives the same numbers.
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,

@@ -23,7 +23,8 @@ import torch
 
 from . import kv
 from .drafts.base import DraftSource, DraftState, DraftStats, StepOutcome
-from .verify import Candidate, DraftTree, accept_longest_path, build_tree, tree_attention_mask
+from .sizing import TreeSizer
+from .verify import Candidate, DraftTree, accept_longest_path, build_tree, subtree, tree_attention_mask
 
 
 def confidence(logits: torch.Tensor) -> float:
@@ -73,17 +74,12 @@ class SpecStats:
 
 
 class DraftController:
-    """Adapts the tree size to recent acceptance and backs off to plain decoding when drafts keep
-    failing, since a verification pass that accepts nothing costs more than a plain step."""
+    """Decides whether a step drafts at all (drafted steps must make tokens faster than plain ones)
+    and which sources are asked (a source whose guesses are rarely right, or dear to make, sits out
+    a while). How many drafted nodes a pass carries is the TreeSizer's (sizing.py)."""
 
-    def __init__(self, max_nodes: int = 16, min_nodes: int = 4, patience: int = 4, backoff: int = 8,
-                 min_source_rate: float = 0.05, source_backoff: int = 32, min_asks: int = 8,
+    def __init__(self, min_source_rate: float = 0.05, source_backoff: int = 32, min_asks: int = 8,
                  rate_memory: float = 0.9, explore_every: int = 8):
-        self.max_nodes, self.min_nodes = max_nodes, min_nodes
-        self.nodes = max_nodes
-        self.patience, self.backoff = patience, backoff
-        self.misses = 0.0  # consecutive rejected steps, weighted by their tree size
-        self.plain_left = 0
         # Per source: a running acceptance rate of its drafted nodes; a source below
         # min_source_rate only grows the tree, so it sits out source_backoff steps, then tries again.
         self.min_source_rate, self.source_backoff = min_source_rate, source_backoff
@@ -174,9 +170,6 @@ class DraftController:
             self.time_pause[source] = self.source_backoff
 
     def use_drafts(self) -> bool:
-        if self.plain_left > 0:
-            self.plain_left -= 1
-            return False
         # Now and then the other kind of step than the one that pays, so that both timings stay
         # measured: a drafted one every `explore_every` steps, a plain one every 4x as many (a
         # forced plain step costs what the drafts would have saved).
@@ -188,22 +181,8 @@ class DraftController:
             self.plain_run = 0
         return pay != explore
 
-    def update(self, accepted_drafts: int, drafted_nodes: int | None = None) -> None:
-        if accepted_drafts == 0:
-            # A miss weighs what its tree cost: a full tree counts 1, a two-node guess 1/8, so cheap
-            # guesses (the corpus table's) keep coming through a run of misses that big trees would not.
-            drafted = self.max_nodes if drafted_nodes is None else drafted_nodes
-            self.misses += min(1.0, drafted / self.max_nodes)
-            self.nodes = max(self.min_nodes, self.nodes // 2)
-            if self.misses >= self.patience:
-                self.plain_left, self.misses = self.backoff, 0
-        else:
-            self.misses = 0
-            self.nodes = min(self.max_nodes, self.nodes + 4 * accepted_drafts)
-
     def reset(self) -> None:
-        """A new request: its run of misses starts afresh; the tree size and the timings carry over."""
-        self.misses, self.plain_left = 0, 0
+        """A new request: what was learnt about the sources and the timings carries over."""
 
 
 def _ema(old: float, new: float, keep: float = 0.9) -> float:
@@ -212,20 +191,27 @@ def _ema(old: float, new: float, keep: float = 0.9) -> float:
 
 @dataclass
 class Verified:
-    """One verification pass over a draft tree. The logits are computed per node, and only for the
-    nodes on the accepted path: on a CPU the output layer costs as much as a layer or two, and a
+    """One verification pass over a draft tree. The logits are computed only for the nodes the
+    accepted path reaches: on a CPU a float output layer costs as much as a layer or two, and a
     matrix of a few rows costs two to three times one row (measured: 12,288 x 256 output layer, 0.42
-    ms for 1 row, 0.92 ms for 2, 2.8 ms for 17), while a path is usually a node or two."""
+    ms for 1 row, 0.92 ms for 2, 2.8 ms for 17; SmolLM2's 49,152 x 576: 10 ms for 1 or 2 rows, 21 for
+    4), while a path is usually a node or two. Where `batch_rows` rows cost about what one does (an
+    int8 output layer: 1.4 ms for 1 to 16 rows), the first `batch_rows` nodes get theirs in one go."""
 
     tree: DraftTree
     hidden: torch.Tensor  # (N, H) the base model's last hidden state after each node
     head: torch.nn.Module  # the output layer
     past: int  # cached positions before the tree
+    batch_rows: int = 1
     _logits: dict[int, torch.Tensor] = field(default_factory=dict)
 
     def logits(self, node: int) -> torch.Tensor:
         if node not in self._logits:
-            self._logits[node] = self.head(self.hidden[node])
+            if node < self.batch_rows and len(self.tree) > 1:
+                rows = min(self.batch_rows, len(self.tree))
+                self._logits.update(enumerate(self.head(self.hidden[:rows])))
+            else:
+                self._logits[node] = self.head(self.hidden[node])
         return self._logits[node]
 
     def greedy_next(self, node: int) -> int:
@@ -243,6 +229,8 @@ class Speculator:
         # first, then (in the list's order) the corpus table before the heads.
         self.drafters = sorted(drafters, key=lambda d: d.standby)
         self.controller = controller or DraftController()
+        self.sizer = TreeSizer()
+        self.batch_rows = 0  # rows of the output layer that cost about one row's time (0: not measured yet)
         self.stats = SpecStats()
         # the last request's verification steps: (nodes drafted, drafts accepted, ms drafting, ms in all)
         self.last_steps: list[tuple[int, int, float, float]] = []
@@ -261,6 +249,8 @@ class Speculator:
         if max_new_tokens <= 0:
             return
         hidden_last, logits = start if start is not None else prompt_cache.prefill_hidden(model, input_ids)
+        if self.drafters and (self.sizer.cost.missing() or not self.batch_rows):
+            self.calibrate(model, prompt_cache, hidden_last)  # before the clock of any step starts
         context = list(input_ids)
         produced = 0
         self.controller.reset()
@@ -283,12 +273,19 @@ class Speculator:
             started = time.perf_counter()
             proposals, asked = self.propose(state)
             drafted = time.perf_counter()
-            tree = build_tree(root, [c for cs in proposals.values() for c in cs],
-                              max_nodes=self.controller.nodes + 1, max_depth=remaining - 1)
-            verified = self.verify(model, prompt_cache, tree, hidden_last)
+            drafts = build_tree(root, [c for cs in proposals.values() for c in cs],
+                                max_nodes=self.sizer.max_rows, max_depth=remaining - 1)
+            tree = subtree(drafts, self.sizer.choose(drafts)) if len(drafts) > 1 else drafts
+            verifying = time.perf_counter()
+            verified = self.verify(model, prompt_cache, tree, hidden_last, self.batch_rows)
             path = accept_longest_path(tree, verified.greedy_next)
-            self.commit(prompt_cache, verified, path)
             accepted = [tree.tokens[i] for i in path]
+            if len(drafts) > 1:
+                known = accepted[1:] + [verified.greedy_next(path[-1])]
+                self.sizer.observe(drafts, known, len(tree), (time.perf_counter() - verifying) * 1000)
+            else:
+                self.sizer.cost.record(1, (time.perf_counter() - verifying) * 1000)
+            self.commit(prompt_cache, verified, path)
             seconds = time.perf_counter() - started
             self.account(tree, path, asked, seconds)
             self.last_steps.append((len(tree) - 1, len(path) - 1, round((drafted - started) * 1000, 3),
@@ -325,7 +322,8 @@ class Speculator:
         return proposals, asked
 
     @staticmethod
-    def verify(model, prompt_cache: kv.PromptCache, tree: DraftTree, hidden_last: torch.Tensor) -> Verified:
+    def verify(model, prompt_cache: kv.PromptCache, tree: DraftTree, hidden_last: torch.Tensor,
+               batch_rows: int = 1) -> Verified:
         """One forward pass over every node of the tree, each seeing only its ancestors."""
         past = kv.cached_length(prompt_cache.cache)
         device = next(model.parameters()).device  # where the input ids go, as in the prompt cache
@@ -336,7 +334,31 @@ class Speculator:
             positions = torch.tensor([[past + d for d in tree.depths]], device=device)
             mask = tree_attention_mask(tree, past, hidden_last.dtype, device)
             hidden = kv.forward_hidden(model, ids, prompt_cache.cache, attention_mask=mask, position_ids=positions)
-        return Verified(tree, hidden[0], model.get_output_embeddings(), past)
+        return Verified(tree, hidden[0], model.get_output_embeddings(), past, max(1, batch_rows))
+
+    def calibrate(self, model, prompt_cache: kv.PromptCache, hidden_last: torch.Tensor) -> None:
+        """Measure what this device charges: a verification pass of each size the sizer weighs (a
+        chain of the last token, as long as a tree), and the output layer for 1 to 32 rows; the
+        cache is cut back after each pass. Once per speculator, at its first drafted step."""
+        past = kv.cached_length(prompt_cache.cache)
+        token = prompt_cache.tokens[-1] if prompt_cache.tokens else 0
+        for rows in [1] + self.sizer.cost.missing():  # the first pass also warms the kernels
+            chain = DraftTree()
+            for depth in range(rows):
+                chain.add(token, depth - 1, "calibration")
+            started = time.perf_counter()
+            verified = self.verify(model, prompt_cache, chain, hidden_last)
+            accept_longest_path(chain, verified.greedy_next)
+            self.sizer.cost.record(rows, (time.perf_counter() - started) * 1000)
+            kv.crop(prompt_cache.cache, past)
+        head, hidden = model.get_output_embeddings(), hidden_last.reshape(1, -1)
+        ms = {}
+        for rows in (1, 1, 2, 4, 8, 16, 32):  # 1 twice: the first call warms up
+            batch = hidden.expand(rows, -1).contiguous()
+            started = time.perf_counter()
+            head(batch)
+            ms[rows] = (time.perf_counter() - started) * 1000
+        self.batch_rows = max(rows for rows in ms if ms[rows] <= 1.25 * ms[1])
 
     @staticmethod
     def commit(prompt_cache: kv.PromptCache, verified: Verified, path: list[int]) -> None:
@@ -357,8 +379,6 @@ class Speculator:
         controller.record_step(seconds, len(path), drafted=len(tree) > 1)
         for source, ask_seconds in asked.items():
             controller.update_ask(source, ask_seconds, accepted[source])
-        if len(tree) > 1:
-            controller.update(len(path) - 1, len(tree) - 1)
 
     def observe(self, outcome: StepOutcome) -> None:
         for drafter in self.drafters:
@@ -376,7 +396,8 @@ class Speculator:
     def to_json(self) -> dict:
         out = {**self.stats.to_json(), "head_accuracy": [],  # filled in by the heads, when there are any
                "ms_per_token": {"plain": round(self.controller.plain_ms_per_token, 3),
-                                "drafted": round(self.controller.draft_ms_per_token, 3)}}
+                                "drafted": round(self.controller.draft_ms_per_token, 3)},
+               **self.sizer.to_json(), "output_batch_rows": self.batch_rows}
         for drafter in self.drafters:
             out.update(drafter.stats())
         return out

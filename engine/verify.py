@@ -32,13 +32,15 @@ class DraftTree:
     parents: list[int] = field(default_factory=list)  # -1 for the root
     depths: list[int] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)  # the best score of a candidate through the node
     children: list[dict[int, int]] = field(default_factory=list)  # token -> child node
 
-    def add(self, token: int, parent: int, source: str) -> int:
+    def add(self, token: int, parent: int, source: str, score: float = 1.0) -> int:
         self.tokens.append(token)
         self.parents.append(parent)
         self.depths.append(0 if parent < 0 else self.depths[parent] + 1)
         self.sources.append(source)
+        self.scores.append(score)
         self.children.append({})
         node = len(self.tokens) - 1
         if parent >= 0:
@@ -62,9 +64,21 @@ def build_tree(root: int, candidates: list[Candidate], max_nodes: int, max_depth
             if child is None:
                 if len(tree) >= max_nodes:
                     break
-                child = tree.add(token, node, cand.source)
+                child = tree.add(token, node, cand.source, cand.score)
             node = child
     return tree
+
+
+def subtree(tree: DraftTree, keep: list[int]) -> DraftTree:
+    """The tree of the nodes `keep` (increasing, the root first, each node's parent kept too)."""
+    if len(keep) == len(tree):
+        return tree
+    new_index = {old: new for new, old in enumerate(keep)}
+    out = DraftTree()
+    for old in keep:
+        parent = tree.parents[old]
+        out.add(tree.tokens[old], new_index[parent] if parent >= 0 else -1, tree.sources[old], tree.scores[old])
+    return out
 
 
 def tree_attention_mask(tree: DraftTree, past: int, dtype: torch.dtype, device) -> torch.Tensor:

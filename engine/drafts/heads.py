@@ -1,8 +1,17 @@
 """Auxiliary draft heads (Medusa-style) on the base model's last hidden state.
 
-Head k (k = 1..K) guesses the token k positions after the one the base model's lm_head predicts:
-a residual block (zero-initialised, so it starts as the identity) followed by the base model's own,
-frozen lm_head. Saved beside the model as draft_heads.safetensors + draft_heads.json.
+Head k (k = 1..K) guesses the token k positions after the certain next token (the root, which the
+base model's own lm_head gives): a residual block (zero-initialised, so it starts as the identity)
+and an output layer. Two refinements for real models (each a field of HeadsConfig):
+- `token_input`: the heads also see the root token (its embedding in the base model, through a
+  learned projection). Medusa's head 1 must guess token t+2 without knowing t+1; here t+1 is known
+  whenever the heads are asked, so head 1 only has to guess one token ahead of a known one.
+- `vocab_size`: the output layer covers the N tokens the model writes most often in code (their ids
+  in `vocab_ids`) instead of the whole vocabulary: a 49k-token lm_head costs a fifth of a 135M
+  model's decoding step, 8k rows a thirtieth. The base model's full logits still verify every
+  guess, so the output stays exactly greedy's; a token outside the N is only never guessed.
+The embedded model's heads have neither (its vocabulary is small) and use the base lm_head.
+Saved beside the model as draft_heads.safetensors + draft_heads.json.
 """
 
 from __future__ import annotations
@@ -19,13 +28,16 @@ from .base import DraftSource, DraftState, StepOutcome
 
 WEIGHTS_FILE = "draft_heads.safetensors"
 CONFIG_FILE = "draft_heads.json"
+PACKAGED_HEADS = Path(__file__).parent.parent / "models" / "heads"  # <model folder name>/draft_heads.*
 
 
 @dataclass
 class HeadsConfig:
     hidden_size: int  # the base model's hidden size
-    num_heads: int = 4  # K: head k guesses token t+1+k
+    num_heads: int = 4  # K: head k guesses the token k places after the root
     num_layers: int = 1  # residual blocks per head
+    vocab_size: int = 0  # N: an output layer of its own over N frequent tokens; 0: the base model's lm_head
+    token_input: bool = False  # the heads see the root token's embedding as well as the hidden state
 
 
 class ResBlock(nn.Module):
@@ -44,21 +56,47 @@ class DraftHeads(nn.Module):
     def __init__(self, config: HeadsConfig):
         super().__init__()
         self.config = config
+        h = config.hidden_size
         # A comprehension, not [block] * K: each head needs its own weights.
-        self.heads = nn.ModuleList(
-            nn.Sequential(*[ResBlock(config.hidden_size) for _ in range(config.num_layers)])
-            for _ in range(config.num_heads))
+        self.heads = nn.ModuleList(nn.Sequential(*[ResBlock(h) for _ in range(config.num_layers)])
+                                   for _ in range(config.num_heads))
+        self.token_in = nn.Linear(h, h, bias=False) if config.token_input else None
+        if self.token_in is not None:
+            nn.init.zeros_(self.token_in.weight)  # starts by ignoring the token: the plain Medusa heads
+        self.out = nn.Linear(h, config.vocab_size, bias=False) if config.vocab_size else None
+        self.register_buffer("vocab_ids", torch.arange(config.vocab_size, dtype=torch.long))
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(..., H) -> (K, ..., H): one transformed hidden state per head; apply lm_head for logits."""
+    def forward(self, hidden: torch.Tensor, token_embedding: torch.Tensor | None = None) -> torch.Tensor:
+        """(..., H) -> (K, ..., H): one transformed hidden state per head. `token_embedding` (..., H):
+        the root token's embedding in the base model, for heads with `token_input`."""
+        if self.token_in is not None:
+            if token_embedding is None:
+                raise ValueError("these heads take the root token's embedding too")
+            hidden = hidden + self.token_in(token_embedding)
         return torch.stack([head(hidden) for head in self.heads])
 
-    def save(self, folder: Path) -> None:
+    def logits(self, transformed: torch.Tensor, lm_head: nn.Module | None = None) -> torch.Tensor:
+        """(K, ..., H) -> (K, ..., V'): over the reduced vocabulary (`vocab_ids` maps a column to its
+        token), or over the whole one through the base model's `lm_head`."""
+        if self.out is not None:
+            return self.out(transformed)
+        if lm_head is None:
+            raise ValueError("these heads use the base model's lm_head: pass it")
+        return lm_head(transformed)
+
+    def token_ids(self, columns: torch.Tensor) -> torch.Tensor:
+        """Token ids of logits columns."""
+        return self.vocab_ids[columns] if self.out is not None else columns
+
+    def save(self, folder: Path, extra: dict | None = None) -> None:
+        """The weights and config beside a model; `extra` (what they were trained on, figures) goes
+        into the config file for people, and is ignored when loading."""
         from safetensors.torch import save_file
 
         folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / WEIGHTS_FILE))
-        (folder / CONFIG_FILE).write_text(json.dumps(asdict(self.config), indent=2))
+        (folder / CONFIG_FILE).write_text(json.dumps({**asdict(self.config), **(extra or {})}, indent=2))
 
     @classmethod
     def load(cls, folder: Path) -> "DraftHeads | None":
@@ -67,53 +105,80 @@ class DraftHeads(nn.Module):
         folder = Path(folder)
         if not (folder / CONFIG_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
             return None
-        heads = cls(HeadsConfig(**json.loads((folder / CONFIG_FILE).read_text())))
-        heads.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
+        stored = json.loads((folder / CONFIG_FILE).read_text())
+        heads = cls(HeadsConfig(**{k: stored[k] for k in HeadsConfig.__dataclass_fields__ if k in stored}))
+        weights = load_file(str(folder / WEIGHTS_FILE))
+        weights.setdefault("vocab_ids", heads.vocab_ids)  # heads saved before the reduced vocabulary
+        heads.load_state_dict(weights)
         return heads.eval()
+
+
+def heads_folder(model_dir: Path | None) -> Path | None:
+    """Where a model's heads are: beside it, else among the packaged ones under the model folder's
+    name (a GGUF file's dequantized folder is named after the file and its hash, so packaged heads
+    match that very file and no other)."""
+    if model_dir is None:
+        return None
+    model_dir = Path(model_dir)
+    if (model_dir / CONFIG_FILE).is_file():
+        return model_dir
+    packaged = PACKAGED_HEADS / model_dir.name
+    return packaged if (packaged / CONFIG_FILE).is_file() else None
 
 
 class HeadDrafter(DraftSource):
     """Proposes the best paths through the heads' top-k guesses (a small beam over joint probability)."""
 
     name = "heads"
-    standby = True  # K vocabulary projections a step: worth it only when nothing cheaper has a guess
 
-    def __init__(self, heads: DraftHeads, lm_head: nn.Module, top_k: tuple[int, ...] = (4, 3, 2, 2),
-                 beams: int = 6, confident: float = 0.8, min_prob: float = 0.3):
+    def __init__(self, heads: DraftHeads, lm_head: nn.Module, embed: nn.Module | None = None,
+                 top_k: tuple[int, ...] = (4, 3, 2, 2), beams: int = 6, confident: float = 0.8,
+                 min_prob: float = 0.1, standby: bool | None = None):
         self.heads = heads
         self.lm_head = lm_head
-        self.dtype = lm_head.weight.dtype  # read once: an int8 output layer dequantizes to answer
+        self.embed = embed  # the base model's input embedding, for heads that see the root token
+        self.dtype = next(heads.parameters()).dtype
         self.top_k = top_k
         self.beams = beams
         # A drafted node costs a row of the verification pass whether or not it is accepted: guesses
         # whose joint probability falls below this are not worth their row.
         self.min_prob = min_prob
         self.confident = confident  # probability above which a guess is also offered as a hint
+        # Heads that project onto the whole vocabulary cost K full lm_heads a step: they stand by,
+        # asked only when the cheap sources have nothing. Reduced-vocabulary heads cost a small
+        # fraction of a step and are always asked.
+        self.standby = heads.out is None if standby is None else standby
         self.last_top1: list[int] = []  # each head's first guess at the last ask, to score it
         self.hits: list[int] = []  # per head: times its top-1 was the greedy token
         self.tries: list[int] = []
 
     @classmethod
     def for_model(cls, model, model_dir: Path | None) -> HeadDrafter | None:
-        heads = DraftHeads.load(Path(model_dir)) if model_dir else None
-        if heads is None:
+        folder = heads_folder(model_dir)
+        heads = DraftHeads.load(folder) if folder is not None else None
+        if heads is None or heads.config.hidden_size != model.config.hidden_size:
             return None
-        weight = model.get_output_embeddings().weight
+        lm_head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+        weight = embed.weight  # an int8 output layer has no float weight to read the dtype from
         heads.to(device=weight.device, dtype=weight.dtype)
-        return cls(heads, model.get_output_embeddings())
+        return cls(heads, lm_head, embed if heads.token_in is not None else None)
 
     @torch.inference_mode()
-    def guesses(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-k probabilities and tokens per head: (K, k) each, k = max(top_k)."""
-        logits = self.lm_head(self.heads(hidden.to(self.dtype)))  # (K, V)
+    def guesses(self, hidden: torch.Tensor, root: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k probabilities and token ids per head: (K, k) each, k = max(top_k)."""
+        token = None
+        if self.embed is not None:
+            token = self.embed(torch.tensor(root, device=hidden.device)).to(self.dtype)
+        logits = self.heads.logits(self.heads(hidden.to(self.dtype), token), self.lm_head)  # (K, V')
         probs = torch.softmax(logits.float(), dim=-1)
-        return torch.topk(probs, max(self.top_k), dim=-1)
+        top = torch.topk(probs, max(self.top_k), dim=-1)
+        return top.values, self.heads.token_ids(top.indices)
 
     def propose(self, state: DraftState) -> list[Candidate]:
         self.last_top1 = []
         if state.hidden is None:
             return []
-        probs, tokens = self.guesses(state.hidden)
+        probs, tokens = self.guesses(state.hidden, state.context[-1])
         depth = min(len(self.top_k), probs.shape[0], state.max_len)
         probs, tokens = probs.tolist(), tokens.tolist()
         self.last_top1 = [tokens[d][0] for d in range(len(probs))]

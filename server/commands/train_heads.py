@@ -1,12 +1,16 @@
 """`memosight train heads`: train the draft heads of a model (base frozen), resumable.
 
     memosight train heads --corpus stdlib --out /work/runs/heads                 # the embedded model
-    memosight train heads --model DIR --corpus DIR --out RUN --save-to DIR       # any causal LM
+    memosight train heads --model smollm2-135m --out RUN                         # a GGUF file, a folder, an id
+    memosight train heads --model DIR --corpus DIR --out RUN --save-to DIR
     memosight train heads --model DIR --out RUN --resume
 
-Each head learns, by self-distillation, the base model's own greedy token 1..K positions ahead
-(engine/train/heads.py); the heads are saved beside the model, where the engine finds them. Prints
-each head's held-out top-1 / top-3 agreement with greedy, then the report as one JSON line.
+Each head learns, by self-distillation, the base model's own greedy token 1..K positions after the
+next one (engine/train/heads.py). The base model runs once over the corpus and its hidden states are
+stored in the run folder, so a resumed or repeated run does not run it again. The heads are saved
+beside the model (for a GGUF file: its dequantized folder in the cache), where the engine finds
+them, with a model card (HEADS.md). Prints each head's held-out agreement with greedy, then the
+report as one JSON line (`--json`: only that).
 """
 
 from __future__ import annotations
@@ -27,11 +31,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="auto, cpu, cuda (default auto)")
     parser.add_argument("--heads", type=int, default=4, help="number of heads K (default 4)")
     parser.add_argument("--layers", type=int, default=1, help="residual blocks per head (default 1)")
+    parser.add_argument("--vocab", type=int, default=-1, metavar="N",
+                        help="the heads' own output layer over the N tokens the model writes most often; 0: the "
+                             "model's whole lm_head (default: 8192 for a vocabulary over 16k tokens, else 0)")
+    parser.add_argument("--no-token-input", action="store_true",
+                        help="plain Medusa heads: do not show them the certain next token")
     parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=2048, help="positions per step (default 2048)")
     parser.add_argument("--seq-len", type=int, default=256)
+    parser.add_argument("--max-windows", type=int, default=0,
+                        help="cap on training windows of --seq-len tokens (the model runs once over them; 0: all)")
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--positions", type=int, default=512, help="positions scored per step (default 512)")
     parser.add_argument("--fim-rate", type=float, default=0.5,
                         help="share of training pieces in the engine's fill-in-the-middle prompt format (default 0.5)")
     parser.add_argument("--decay", type=float, default=0.8, help="per-head loss weight decay**k (default 0.8)")
@@ -40,20 +50,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-every", type=int, default=100)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/heads_state.pt")
+    parser.add_argument("--json", action="store_true", help="print only the report, as one JSON line")
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command that made the heads, for their model card."""
+    words = ["memosight train heads"] + [f"--model {args.model}"] * bool(args.model)
+    words += [f"--corpus {c}" for c in args.corpus or []]
+    for flag in ("heads", "layers", "vocab", "steps", "batch", "seq_len", "max_windows", "lr", "fim_rate", "max_files",
+                 "seed"):
+        words.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")
+    return " ".join(words + ["--no-token-input"] * args.no_token_input + [f"--out {args.out}"])
 
 
 def run(args: argparse.Namespace) -> int:
     from memosight.engine.train.heads import HeadsTrainConfig, run_heads
 
-    cfg = HeadsTrainConfig(num_heads=args.heads, num_layers=args.layers, seq_len=args.seq_len, batch=args.batch,
-                           steps=args.steps, lr=args.lr, decay=args.decay, positions=args.positions, seed=args.seed,
+    cfg = HeadsTrainConfig(num_heads=args.heads, num_layers=args.layers, vocab_size=args.vocab,
+                           token_input=not args.no_token_input, seq_len=args.seq_len, max_windows=args.max_windows,
+                           batch=args.batch, steps=args.steps, lr=args.lr, decay=args.decay, seed=args.seed,
                            checkpoint_every=args.checkpoint_every)
+    command = command_line(args)
     with step_progress("heads") as on_step:
         report = run_heads(args.model, Path(args.out), cfg, corpus_specs=args.corpus,
                            save_to=Path(args.save_to) if args.save_to else None, device=args.device,
                            threads=args.threads, fim_rate=args.fim_rate, max_files=args.max_files, resume=args.resume,
-                           log=say, progress=on_step)
-    for row in report["heads"]:
-        print(f"head {row['head']}: top-1 {row['top1']:.3f}  top-3 {row['top3']:.3f}")
+                           command=command, log=say, progress=on_step)
+    if not args.json:
+        for row in report["heads"]:
+            print(f"head {row['head']}: top-1 {row['top1']:.3f}  top-3 {row['top3']:.3f}  chain {row['chain']:.3f}")
     print(json.dumps(report))
     return 0

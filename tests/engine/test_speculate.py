@@ -12,6 +12,8 @@ from memosight.engine.drafts.ngram import NgramTable, TableDrafter
 from memosight.engine.speculate import DraftController, Speculator
 from memosight.engine.verify import Candidate
 
+from ..conftest import verify_everything
+
 PROMPTS = [
     "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return",
     "class Item:\n    def __init__(self, name):\n        self.name = name\n        self.",
@@ -30,15 +32,16 @@ def with_random_heads(engine, seed: int = 0):
     for p in heads.parameters():
         torch.nn.init.normal_(p, std=0.5)
     drafter = HeadDrafter(heads.eval(), engine.model.get_output_embeddings(), min_prob=0.0)  # draft every guess
-    engine.speculator = Speculator([drafter, *engine.speculator.drafters])
+    engine.speculator = verify_everything(Speculator([drafter, *engine.speculator.drafters]))
     return engine
+
 
 
 def with_corpus_table(engine):
     """A corpus table counted on the test prompts themselves, drafting whenever the prompt has no match."""
     tokens = np.array([t for prompt in PROMPTS for t in engine.encode(prompt) + [0]])
     table = TableDrafter(NgramTable.build(tokens, max_order=3, min_count=1), min_joint=0.0)
-    engine.speculator = Speculator([*engine.speculator.drafters, table])
+    engine.speculator = verify_everything(Speculator([*engine.speculator.drafters, table]))
     return engine
 
 
@@ -139,23 +142,6 @@ def test_a_source_that_keeps_losing_time_waits_longer_each_time():
     assert pauses == [4, 8, 16]
 
 
-def test_plain_fallback_comes_after_a_few_full_trees_miss_but_not_after_as_many_cheap_guesses():
-    full = DraftController(max_nodes=16, patience=4, backoff=8)
-    for _ in range(4):
-        assert full.use_drafts()
-        full.update(0, drafted_nodes=16)
-    assert not full.use_drafts()  # backed off to plain decoding
-
-    cheap = DraftController(max_nodes=16, patience=4, backoff=8)
-    for _ in range(4):
-        assert cheap.use_drafts()
-        cheap.update(0, drafted_nodes=2)  # a two-token guess that missed costs an eighth of a full tree
-    assert cheap.use_drafts()
-    for _ in range(28):
-        cheap.update(0, drafted_nodes=2)
-    assert not cheap.use_drafts()
-
-
 def test_steps_go_plain_while_drafted_steps_make_tokens_slower_with_a_drafted_one_now_and_then():
     controller = DraftController(explore_every=4)
     controller.record_step(0.003, 1, drafted=False)  # 3 ms a plain token
@@ -171,11 +157,20 @@ def test_steps_go_plain_while_drafted_steps_make_tokens_slower_with_a_drafted_on
 
 
 def test_a_new_request_keeps_what_the_controller_learnt():
-    controller = DraftController(max_nodes=16)
-    controller.update(0, drafted_nodes=16)
+    controller = DraftController()
     controller.record_step(0.003, 1, drafted=False)
     controller.reset()
-    assert controller.nodes == 8 and controller.plain_ms_per_token == 3.0 and controller.misses == 0
+    assert controller.plain_ms_per_token == 3.0
+
+
+def test_the_first_drafted_step_measures_the_pass_sizes_and_the_output_layer(tiny_model_dir):
+    engine = with_random_heads(load_engine(str(tiny_model_dir), device="cpu"))
+    engine.speculator.controller.explore_every = 1
+    ids = engine.prompt_ids(PROMPTS[0], "")
+    assert engine.generate(ids, 12) == engine.generate(ids, 12, speculative=False)
+    speculator = engine.speculator
+    assert not speculator.sizer.cost.missing() and speculator.batch_rows >= 1
+    assert set(speculator.to_json()["pass_ms"]) == {str(s) for s in speculator.sizer.cost.sizes}
 
 
 class Recorder(DraftSource):

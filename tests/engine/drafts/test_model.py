@@ -9,7 +9,7 @@ from memosight.engine.drafts.model import DraftModel
 from memosight.engine.loading import ModelLoadError
 from memosight.engine.speculate import Speculator
 
-from ...conftest import build_repeater_model, build_tiny_model, build_tokenizer
+from ...conftest import build_repeater_model, build_tiny_model, build_tokenizer, verify_everything
 
 PROMPTS = ["def add(a, b):\n    return", "class Point:\n    def __init__(self, x, y):\n        self.", "import os\n\n"]
 
@@ -38,7 +38,7 @@ def test_a_draft_that_agrees_with_the_target_is_accepted_whole(tmp_path):
     engine = load_engine(str(target), draft_model=str(build_repeater_model(tmp_path / "draft")))
     draft = bold(engine)
     draft.branch_below = 0.0  # chains only: the repeater's choice is clear, if never confident
-    engine.speculator = Speculator([draft])  # the draft alone
+    engine.speculator = verify_everything(Speculator([draft]))  # the draft alone
     ids = engine.tokenizer.encode("x = 1\n")
     for _ in range(2):  # the second time the draft's cache is reused from the first
         tokens = engine.generate(ids, 40, speculative=True)
