@@ -13,6 +13,10 @@ cache is reused; the figures with prefill add each method's prefill time (a cold
 transformers' prompt-lookup decoding goes wrong when handed a prefilled cache (its output stops
 matching greedy), so it runs from the bare prompt and its decoding time is its total time less
 transformers' prefill of the same prompt, measured just before it.
+
+For a model loaded from a GGUF file (or with `gguf=` given), llama.cpp runs in-process on that very
+file with the same thread count (bench/llamacpp.py): plain greedy (llama_greedy) and with its own
+prompt-lookup drafts (llama_prompt_lookup), on the same token ids, prefilled the same way.
 """
 
 from __future__ import annotations
@@ -31,14 +35,16 @@ from ..drafts.model import DraftModel
 from ..local import LocalEngine
 from ..speculate import Speculator
 from .common import cut_points, source_files, table
+from .llamacpp import LlamaCppDecoder, gguf_of
 
 # transformers' two greedy decoders, our plain loop, each draft source alone, and all of them.
 # spec_draft_model and hf_assisted (transformers' assisted generation with the same draft) run when
 # the engine was loaded with a draft model.
 # spec_draft_ngram: the draft model with the n-gram drafts, the pair the issue of draft models asks for.
 COMBOS = {"spec_draft_ngram": (DraftModel.name, "ngram")}
-METHODS = ("hf_greedy", "hf_prompt_lookup", "hf_assisted", "plain", *(f"spec_{source.name}" for source in SOURCES),
-           f"spec_{DraftModel.name}", *COMBOS, "spec_all")
+LLAMA_METHODS = ("llama_greedy", "llama_prompt_lookup")
+METHODS = ("hf_greedy", "hf_prompt_lookup", "hf_assisted", *LLAMA_METHODS, "plain",
+           *(f"spec_{source.name}" for source in SOURCES), f"spec_{DraftModel.name}", *COMBOS, "spec_all")
 
 
 def _names(method: str) -> tuple[str, ...]:
@@ -47,14 +53,25 @@ def _names(method: str) -> tuple[str, ...]:
 
 
 def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 24, min_new: int = 32,
-                    max_new: int = 128, prompt_chars: int = 4000, methods: tuple[str, ...] = METHODS, seed: int = 0,
-                    progress: Callable[[int, int], None] = lambda done, total: None) -> dict:
-    """Every method on the same prompts; the summary `memosight bench speculative --json` prints."""
+                    max_new: int = 128, prompt_chars: int = 4000, prompt_tokens: int = 0,
+                    methods: tuple[str, ...] = METHODS, seed: int = 0, gguf: str | Path | None = None,
+                    threads: int = 0, progress: Callable[[int, int], None] = lambda done, total: None) -> dict:
+    """Every method on the same prompts; the summary `memosight bench speculative --json` prints.
+    `prompt_tokens`: cut each prompt to at most this many tokens (the text nearest the cursor kept).
+    `threads`: the thread count of every method (0: the engine's own choice)."""
+    if threads:
+        torch.set_num_threads(threads)
+        engine.prompt_cache.prefill_threads = None  # the same count for prefills too: core for core
+    threads = torch.get_num_threads()
     available = {d.name for d in engine.speculator.drafters}
     draft = engine.speculator.drafter(DraftModel.name)
+    gguf = Path(gguf) if gguf else gguf_of(engine.model_dir)
     methods = tuple(m for m in methods if (not m.startswith("spec_") or m == "spec_all"
                                            or set(_names(m)) <= available)
-                    and (m != "hf_assisted" or draft is not None))
+                    and (m != "hf_assisted" or draft is not None)
+                    and (m not in LLAMA_METHODS or (gguf is not None and engine.device.type == "cpu")))
+    llama = {m: LlamaCppDecoder(gguf, threads, prompt_lookup=m == "llama_prompt_lookup")
+             for m in methods if m in LLAMA_METHODS}
     rng = random.Random(seed)
     cases = []
     files = source_files(corpus)
@@ -62,8 +79,7 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
     for path in files:
         text = path.read_text(encoding="utf-8", errors="replace")
         for cut in cut_points(text, 2, rng):
-            prefix, suffix = text[max(0, cut - prompt_chars):cut], text[cut:cut + 1000]
-            cases.append((engine.prompt_ids(prefix, suffix), rng.randint(min_new, max_new)))
+            cases.append((_prompt(engine, text, cut, prompt_chars, prompt_tokens), rng.randint(min_new, max_new)))
         if len(cases) >= prompts:
             break
     cases = cases[:prompts]
@@ -83,6 +99,9 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
         """All but the last prompt token into the method's cache: what a keystroke finds cached."""
         if method.startswith("hf_"):
             return kv.transformers_prefill(model, ids[:-1])
+        if method in llama:
+            llama[method].prefill(ids[:-1])
+            return {}
         engine.prompt_cache.clear()
         engine.prompt_cache.prefill_hidden(model, ids[:-1])
         for source in speculators[method].drafters if method in speculators else []:
@@ -121,6 +140,8 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
                 out = hf(ids, n, prompt_lookup_num_tokens=10)
             elif method == "hf_assisted":  # the same: from the bare prompt, the prefill taken off
                 out = hf(ids, n, assistant_model=draft.model)
+            elif method in llama:
+                out = llama[method].generate(ids, n, engine.eos_ids)
             elif method == "plain":
                 out = engine.generate(ids, n, speculative=False)
             else:
@@ -143,6 +164,7 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
         return r["tokens"] / seconds if seconds else 0.0
 
     base = results.get("hf_greedy")
+    cpp = results.get("llama_greedy")
     rows = []
     for method in methods:
         r = results[method]
@@ -152,6 +174,8 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
             "speedup": round(rate(r) / rate(base), 3) if base else None,
             "tokens_per_s_with_prefill": round(rate(r, True), 1),
             "speedup_with_prefill": round(rate(r, True) / rate(base, True), 3) if base else None,
+            "vs_llama_cpp": round(rate(r) / rate(cpp), 3) if cpp else None,
+            "vs_llama_cpp_with_prefill": round(rate(r, True) / rate(cpp, True), 3) if cpp else None,
             "tokens_per_step": s["tokens_per_step"] if s else None,
             "exact_match": round(r["match"] / len(cases), 4),
             "plain_match": round(r["plain_match"] / len(cases), 4),
@@ -162,22 +186,40 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
     reuse = _keystroke_reuse(engine, longest, 1500)
     peak_mb = (torch.cuda.max_memory_allocated() / 2**20 if engine.device.type == "cuda"
                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    for decoder in llama.values():
+        decoder.close()
     return {"model": engine.name, "device": str(engine.device), "dtype": engine.status()["dtype"],
-            "threads": torch.get_num_threads(), "prompts": len(cases),
+            "threads": threads, "prompts": len(cases), "gguf": str(gguf) if llama else None,
+            "prompt_tokens": [min(len(ids) for ids, _ in cases), max(len(ids) for ids, _ in cases)],
             "new_tokens": [min_new, max_new], "methods": rows, "keystroke_reuse": reuse,
             "peak_memory_mb": round(peak_mb, 1)}
+
+
+def _prompt(engine: LocalEngine, text: str, cut: int, chars: int, max_tokens: int) -> list[int]:
+    """The engine's prompt at `cut`, with up to `chars` characters before it and 1,000 after, then
+    shortened (from the far ends) until it has at most `max_tokens` tokens (0: no limit)."""
+    before, after = chars, 1000
+    while True:
+        ids = engine.prompt_ids(text[max(0, cut - before):cut], text[cut:cut + after])
+        if not max_tokens or len(ids) <= max_tokens or before < 8:
+            return ids
+        shrink = max_tokens / len(ids) * 0.95
+        before, after = int(before * shrink), int(after * shrink)
 
 
 def render(summary: dict) -> str:
     """The summary as a table and a few lines for a person."""
     rows, reuse = summary["methods"], summary["keystroke_reuse"]
     lines = [f"model {summary['model']}  device {summary['device']}  dtype {summary['dtype']}  threads "
-             f"{summary['threads']}  prompts {summary['prompts']}  new tokens {summary['new_tokens'][0]}-"
-             f"{summary['new_tokens'][1]}",
+             f"{summary['threads']}  prompts {summary['prompts']} of {summary['prompt_tokens'][0]}-"
+             f"{summary['prompt_tokens'][1]} tokens  new tokens {summary['new_tokens'][0]}-{summary['new_tokens'][1]}"
+             + (f"  llama.cpp on {summary['gguf']}" if summary.get("gguf") else ""),
              table(rows, [("method", "method"), ("tokens_per_s", "tok/s"), ("speedup", "speedup"),
                           ("tokens_per_step", "tok/step"), ("exact_match", "= greedy"),
                           ("plain_match", "= plain"),
-                          ("tokens_per_s_with_prefill", "tok/s +prefill"), ("speedup_with_prefill", "speedup +prefill")]),
+                          ("tokens_per_s_with_prefill", "tok/s +prefill"), ("speedup_with_prefill", "speedup +prefill")]
+                   + ([("vs_llama_cpp", "vs llama.cpp"), ("vs_llama_cpp_with_prefill", "vs llama.cpp +prefill")]
+                      if summary.get("gguf") else [])),
              "tok/s: decoding with the prompt already cached (as after a keystroke); +prefill: the whole prompt "
              "prefilled first, each method with its own forward; = greedy: the same tokens as transformers' generate "
              "from the bare prompt; = plain: as our plain greedy loop"]

@@ -5,12 +5,15 @@ transformers `generate` greedy (the baseline), transformers prompt-lookup decodi
 and our speculative loop with each draft source alone and all combined. Methods take turns on every
 prompt, so machine noise falls on all of them alike. The main figures are decoding with the prompt
 already cached (what a keystroke costs once the KV cache is reused); "+prefill" adds each method's
-own prefill of the whole prompt (a cold prompt). engine/bench/gpu.sh runs it on a CUDA GPU.
+own prefill of the whole prompt (a cold prompt). For a GGUF model, llama.cpp in-process on the same
+file and thread count joins them (plain greedy and its prompt-lookup drafts). engine/bench/gpu.sh
+runs it on a CUDA GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from .common import CommandError, add_json_argument, print_result, step_progress
 
@@ -26,6 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-new", type=int, default=32)
     parser.add_argument("--max-new", type=int, default=128)
     parser.add_argument("--prompt-chars", type=int, default=4000, help="text before the cursor in the prompt")
+    parser.add_argument("--prompt-tokens", type=int, default=0,
+                        help="cut each prompt to at most N tokens (e.g. 256 for a cold short prompt; 0: no cut)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="threads for every method, llama.cpp included (default: the engine's own choice)")
+    parser.add_argument("--gguf", help="the GGUF file llama.cpp runs (default: the file --model names, if it is one)")
     parser.add_argument("--methods", default="all", help="comma list, or 'all'")
     parser.add_argument("--seed", type=int, default=0)
     add_json_argument(parser)
@@ -39,13 +47,19 @@ def run(args: argparse.Namespace) -> int:
     unknown = set(methods) - set(METHODS)
     if unknown:
         raise CommandError(f"unknown method(s) {', '.join(sorted(unknown))}: choose from {', '.join(METHODS)}")
+    if args.gguf and not Path(args.gguf).is_file():
+        raise CommandError(f"--gguf {args.gguf!r} is not a file; give the GGUF file llama.cpp should run")
     engine = load_engine(args.model, device=args.device, dtype=args.dtype, draft_model=args.draft_model)
     try:
         with step_progress("prompts", unit="prompt") as on_step:
             summary = run_speculative(engine, args.corpus, prompts=args.prompts, min_new=args.min_new,
-                                      max_new=args.max_new, prompt_chars=args.prompt_chars, methods=methods,
-                                      seed=args.seed, progress=lambda done, total: on_step(done, total, {}))
+                                      max_new=args.max_new, prompt_chars=args.prompt_chars,
+                                      prompt_tokens=args.prompt_tokens, methods=methods, seed=args.seed,
+                                      gguf=args.gguf, threads=args.threads,
+                                      progress=lambda done, total: on_step(done, total, {}))
     except FileNotFoundError as exc:  # no corpus folder, or no source files in it
+        raise CommandError(str(exc)) from exc
+    except RuntimeError as exc:  # llama-cpp-python missing
         raise CommandError(str(exc)) from exc
     print_result(summary, args.json, render)
     return 0

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from memosight.server.cli import main
 
 
@@ -51,3 +53,27 @@ def test_bench_speculative_int8_is_lossless_against_its_own_plain_greedy(tiny_mo
     for row in summary["methods"]:
         if row["method"] != "hf_greedy":
             assert row["plain_match"] == 1.0, row["method"]
+
+
+def test_bench_speculative_runs_llama_cpp_in_process_on_the_same_gguf(embedded_gguf, code_corpus, capsys):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is in the dev extras")
+    (code_corpus / "long.py").write_text("\n\n".join(f.read_text() for f in sorted(code_corpus.iterdir())))
+    assert main(["bench", "speculative", "--gguf", str(embedded_gguf), "--corpus", str(code_corpus), "--prompts", "2",
+                 "--min-new", "8", "--max-new", "12", "--prompt-tokens", "96", "--threads", "1",
+                 "--methods", "hf_greedy,llama_greedy,llama_prompt_lookup,plain,spec_all", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["threads"] == 1 and summary["gguf"] == str(embedded_gguf)
+    assert summary["prompt_tokens"][1] <= 96
+    rows = {row["method"]: row for row in summary["methods"]}
+    assert set(rows) == {"hf_greedy", "llama_greedy", "llama_prompt_lookup", "plain", "spec_all"}
+    assert rows["llama_greedy"]["vs_llama_cpp"] == 1.0
+    for name in ("llama_greedy", "llama_prompt_lookup"):
+        assert rows[name]["tokens_per_s"] > 0 and rows[name]["tokens_per_s_with_prefill"] < rows[name]["tokens_per_s"]
+    # the same weights (exported in float), the same ids: llama.cpp's greedy is ours, bar float rounding
+    assert rows["llama_greedy"]["plain_match"] >= 0.5
+    assert rows["llama_prompt_lookup"]["plain_match"] == rows["llama_greedy"]["plain_match"]
+
+
+def test_bench_speculative_names_a_missing_gguf(code_corpus, capsys):
+    assert main(["bench", "speculative", "--gguf", "/no/such.gguf", "--corpus", str(code_corpus)]) == 2
+    assert "--gguf" in capsys.readouterr().err
