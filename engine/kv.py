@@ -323,8 +323,13 @@ class PromptCache:
         self.tokens = list(input_ids[:keep])  # what the cache holds, should the forward fail
         device = next(model.parameters()).device
         tail = input_ids[keep:]
-        with self.prefill_threads.for_prefill(len(tail)) if self.prefill_threads else contextlib.nullcontext():
+        if self.prefill_threads is None:
             hidden = forward_hidden(model, torch.tensor([tail], device=device), self.cache)
+        else:  # a try of another thread count runs on the first chunk only
+            for start, end, probe in self.prefill_threads.chunks(len(tail)):
+                with self.prefill_threads.for_prefill(end - start, probe):
+                    hidden = forward_hidden(model, torch.tensor([tail[start:end]], device=device), self.cache)
+                self.tokens = list(input_ids[:keep + end])
         self.tokens = list(input_ids)
         self.prompt_tokens += len(input_ids)
         self.reused_tokens += keep
@@ -347,7 +352,10 @@ class PromptCache:
         position = keep
         while position < len(input_ids) and not cancel.is_set():
             end = min(position + chunk, len(input_ids))
-            with self.prefill_threads.for_prefill(end - position) if self.prefill_threads else contextlib.nullcontext():
+            # tries of another thread count belong to requests' prefills (their first chunk): here
+            # a slow try would hold up the request that cancels this warm-up
+            with self.prefill_threads.for_prefill(end - position, probe=False) if self.prefill_threads \
+                    else contextlib.nullcontext():
                 hidden = forward_hidden(model, torch.tensor([input_ids[position:end]], device=device), self.cache)
             position = end
             self.tokens = list(input_ids[:position])

@@ -189,6 +189,7 @@ def load_engine(model: str | None = None, device: str | None = None, dtype: str 
     log.info("loaded %s on %s (%s%s)%s", name, torch_device, torch_dtype, ", int8 weights" if dtype == "int8" else "",
              f", drafted by {draft_model}" if draft_model else "")
     engine = LocalEngine(hf_model, tokenizer, torch_device, name, source if local else None, drafters)
+    engine.warm_up()
     if torch_device.type == "cpu" and not os.environ.get("MEMOSIGHT_THREADS"):
         engine.prompt_cache.prefill_threads = PrefillThreads((torch.get_num_threads(), os.cpu_count() or 1))
     return engine

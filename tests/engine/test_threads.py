@@ -1,6 +1,14 @@
+import pytest
 import torch
 
+from memosight.engine import threads as threads_module
 from memosight.engine.threads import PrefillThreads, ThreadChooser
+
+
+@pytest.fixture(autouse=True)
+def idle_machine(monkeypatch):
+    """Tries of more threads happen only on cores that look free; these tests say they are."""
+    monkeypatch.setattr(threads_module, "cores_free", lambda threads: True)
 
 
 def test_the_faster_thread_count_is_used_and_the_other_probed_now_and_then():
@@ -43,3 +51,21 @@ def test_a_training_loop_keeps_the_chosen_count_between_steps_and_learns_the_fas
     chooser.record(before, 1, 0.05)
     chooser.record(before + 1, 1, 2.0)  # much slower now: something else took the core
     assert chooser.best == before and chooser.runs == 4
+
+
+def test_no_try_of_more_threads_while_the_cores_are_taken(monkeypatch):
+    chooser = PrefillThreads((1, 2), min_tokens=8, probe_every=2)
+    chooser.record(1, 100, 0.2)
+    monkeypatch.setattr(threads_module, "cores_free", lambda threads: False)
+    assert [chooser.pick() for _ in range(4)] == [1] * 4  # 2 untried, and not tried now
+    monkeypatch.setattr(threads_module, "cores_free", lambda threads: True)
+    assert chooser.pick() == 2
+
+
+def test_a_long_prefill_tries_another_count_on_its_first_chunk_only():
+    chooser = PrefillThreads((1, 2), min_tokens=32, probe_tokens=32)
+    assert chooser.chunks(500) == [(0, 32, True), (32, 500, False)]
+    assert chooser.chunks(40) == [(0, 40, True)]
+    chooser.record(1, 100, 0.1)
+    chooser.record(2, 100, 0.5)
+    assert chooser.pick(probe=False) == 1
