@@ -112,7 +112,7 @@ class LocalEngine:
         self.requests = 0
         self.prefilled_tokens = 0  # computed ahead of requests, by prefill()
 
-    @torch.inference_mode()
+    @torch.no_grad()  # not inference_mode: the fused weights it makes must stay trainable (fine-tuning)
     def warm_up(self) -> None:
         """One token through the model, so that what happens on a first forward (the lean decoder
         built, int8 weights packed, kernels compiled) is not the first request's to wait for:
