@@ -131,7 +131,7 @@ def quantize_int8(model: nn.Module, weight_only: bool | None = None) -> nn.Modul
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear):
                 setattr(parent, name, Int8Linear(child, weight_only))
-    if hasattr(model, "config"):
+    if hasattr(getattr(model, "config", None), "tie_word_embeddings"):
         model.config.tie_word_embeddings = False  # the output layer is no longer the embedding
     return model
 

@@ -8,8 +8,10 @@ and an output layer. Two refinements for real models (each a field of HeadsConfi
   whenever the heads are asked, so head 1 only has to guess one token ahead of a known one.
 - `vocab_size`: the output layer covers the N tokens the model writes most often in code (their ids
   in `vocab_ids`) instead of the whole vocabulary: a 49k-token lm_head costs a fifth of a 135M
-  model's decoding step, 8k rows a thirtieth. The base model's full logits still verify every
-  guess, so the output stays exactly greedy's; a token outside the N is only never guessed.
+  model's decoding step, 8k rows a thirtieth. Those rows are the model's own lm_head's, frozen
+  (as Medusa keeps its lm_head), so they are not saved: `attach_output` takes them from the model
+  at load. The base model's full logits still verify every guess, so the output stays exactly
+  greedy's; a token outside the N is only never guessed.
 The embedded model's heads have neither (its vocabulary is small) and use the base lm_head.
 Saved beside the model as draft_heads.safetensors + draft_heads.json.
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..int8 import quantize_int8
 from ..verify import Candidate
 from .base import DraftSource, DraftState, StepOutcome
 
@@ -38,18 +41,25 @@ class HeadsConfig:
     num_layers: int = 1  # residual blocks per head
     vocab_size: int = 0  # N: an output layer of its own over N frequent tokens; 0: the base model's lm_head
     token_input: bool = False  # the heads see the root token's embedding as well as the hidden state
+    inner_size: int = 0  # a block's inner width (x + W2 silu(W1 x)); 0: Medusa's x + silu(W x)
 
 
 class ResBlock(nn.Module):
-    def __init__(self, hidden_size: int):
+    """Medusa's block, x + silu(W x), or with `inner_size` an MLP block x + W2 silu(W1 x). Either
+    starts as the identity (its last layer is zero)."""
+
+    def __init__(self, hidden_size: int, inner_size: int = 0):
         super().__init__()
-        self.linear = nn.Linear(hidden_size, hidden_size)
-        nn.init.zeros_(self.linear.weight)  # zero: the block starts as the identity
-        nn.init.zeros_(self.linear.bias)
+        self.linear = nn.Linear(hidden_size, inner_size or hidden_size)
         self.act = nn.SiLU()
+        self.down = nn.Linear(inner_size, hidden_size) if inner_size else None
+        last = self.down if self.down is not None else self.linear
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.act(self.linear(x))
+        y = self.act(self.linear(x))
+        return x + (self.down(y) if self.down is not None else y)
 
 
 class DraftHeads(nn.Module):
@@ -58,13 +68,21 @@ class DraftHeads(nn.Module):
         self.config = config
         h = config.hidden_size
         # A comprehension, not [block] * K: each head needs its own weights.
-        self.heads = nn.ModuleList(nn.Sequential(*[ResBlock(h) for _ in range(config.num_layers)])
+        self.heads = nn.ModuleList(nn.Sequential(*[ResBlock(h, config.inner_size) for _ in range(config.num_layers)])
                                    for _ in range(config.num_heads))
         self.token_in = nn.Linear(h, h, bias=False) if config.token_input else None
         if self.token_in is not None:
             nn.init.zeros_(self.token_in.weight)  # starts by ignoring the token: the plain Medusa heads
         self.out = nn.Linear(h, config.vocab_size, bias=False) if config.vocab_size else None
+        if self.out is not None:
+            self.out.weight.requires_grad_(False)  # the model's own rows (attach_output)
         self.register_buffer("vocab_ids", torch.arange(config.vocab_size, dtype=torch.long))
+
+    @torch.no_grad()
+    def attach_output(self, lm_head: nn.Module) -> None:
+        """The output layer's rows: the model's own lm_head rows of `vocab_ids`."""
+        if self.out is not None:
+            self.out.weight.copy_(lm_head.weight[self.vocab_ids].to(self.out.weight.dtype))
 
     def forward(self, hidden: torch.Tensor, token_embedding: torch.Tensor | None = None) -> torch.Tensor:
         """(..., H) -> (K, ..., H): one transformed hidden state per head. `token_embedding` (..., H):
@@ -88,14 +106,16 @@ class DraftHeads(nn.Module):
         """Token ids of logits columns."""
         return self.vocab_ids[columns] if self.out is not None else columns
 
-    def save(self, folder: Path, extra: dict | None = None) -> None:
-        """The weights and config beside a model; `extra` (what they were trained on, figures) goes
-        into the config file for people, and is ignored when loading."""
+    def save(self, folder: Path, extra: dict | None = None, dtype: torch.dtype = torch.float32) -> None:
+        """The weights (in `dtype`) and config beside a model; `extra` (what they were trained on,
+        figures) goes into the config file for people, and is ignored when loading."""
         from safetensors.torch import save_file
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / WEIGHTS_FILE))
+        weights = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous()
+                   for k, v in self.state_dict().items() if k != "out.weight"}  # the model's own rows
+        save_file(weights, str(folder / WEIGHTS_FILE))
         (folder / CONFIG_FILE).write_text(json.dumps({**asdict(self.config), **(extra or {})}, indent=2))
 
     @classmethod
@@ -109,7 +129,9 @@ class DraftHeads(nn.Module):
         heads = cls(HeadsConfig(**{k: stored[k] for k in HeadsConfig.__dataclass_fields__ if k in stored}))
         weights = load_file(str(folder / WEIGHTS_FILE))
         weights.setdefault("vocab_ids", heads.vocab_ids)  # heads saved before the reduced vocabulary
-        heads.load_state_dict(weights)
+        if heads.out is not None:
+            weights["out.weight"] = heads.out.weight  # filled by attach_output
+        heads.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in weights.items()})
         return heads.eval()
 
 
@@ -137,7 +159,7 @@ class HeadDrafter(DraftSource):
         self.heads = heads
         self.lm_head = lm_head
         self.embed = embed  # the base model's input embedding, for heads that see the root token
-        self.dtype = next(heads.parameters()).dtype
+        self.dtype = embed.weight.dtype if embed is not None else lm_head.weight.dtype  # the heads' input dtype
         self.top_k = top_k
         self.beams = beams
         # A drafted node costs a row of the verification pass whether or not it is accepted: guesses
@@ -159,9 +181,18 @@ class HeadDrafter(DraftSource):
         if heads is None or heads.config.hidden_size != model.config.hidden_size:
             return None
         lm_head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+        heads.attach_output(lm_head)
         weight = embed.weight  # an int8 output layer has no float weight to read the dtype from
         heads.to(device=weight.device, dtype=weight.dtype)
-        return cls(heads, lm_head, embed if heads.token_in is not None else None)
+        if heads.out is None:
+            return cls(heads, lm_head, embed if heads.token_in is not None else None)
+        if weight.device.type == "cpu":
+            # guesses need not be exact (the model verifies them): int8 halves what a draft costs
+            # (SmolLM2's heads, 1 thread: 1.35 ms a step against 2.75 in float32)
+            quantize_int8(heads)
+        # Cheap heads propose wide: the tree sizer (sizing.py) keeps the nodes worth their rows.
+        return cls(heads, lm_head, embed if heads.token_in is not None else None, top_k=(6, 4, 3, 3), beams=12,
+                   min_prob=0.02)
 
     @torch.inference_mode()
     def guesses(self, hidden: torch.Tensor, root: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -34,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab", type=int, default=-1, metavar="N",
                         help="the heads' own output layer over the N tokens the model writes most often; 0: the "
                              "model's whole lm_head (default: 8192 for a vocabulary over 16k tokens, else 0)")
+    parser.add_argument("--inner", type=int, default=-1, metavar="W",
+                        help="a block's inner width (0: Medusa's one-matrix block; default: twice the hidden size)")
     parser.add_argument("--no-token-input", action="store_true",
                         help="plain Medusa heads: do not show them the certain next token")
     parser.add_argument("--steps", type=int, default=600)
@@ -41,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--max-windows", type=int, default=0,
                         help="cap on training windows of --seq-len tokens (the model runs once over them; 0: all)")
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--fim-rate", type=float, default=0.5,
                         help="share of training pieces in the engine's fill-in-the-middle prompt format (default 0.5)")
     parser.add_argument("--decay", type=float, default=0.8, help="per-head loss weight decay**k (default 0.8)")
@@ -57,7 +59,7 @@ def command_line(args: argparse.Namespace) -> str:
     """The command that made the heads, for their model card."""
     words = ["memosight train heads"] + [f"--model {args.model}"] * bool(args.model)
     words += [f"--corpus {c}" for c in args.corpus or []]
-    for flag in ("heads", "layers", "vocab", "steps", "batch", "seq_len", "max_windows", "lr", "fim_rate", "max_files",
+    for flag in ("heads", "layers", "inner", "vocab", "steps", "batch", "seq_len", "max_windows", "lr", "fim_rate", "max_files",
                  "seed"):
         words.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")
     return " ".join(words + ["--no-token-input"] * args.no_token_input + [f"--out {args.out}"])
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from memosight.engine.train.heads import HeadsTrainConfig, run_heads
 
     cfg = HeadsTrainConfig(num_heads=args.heads, num_layers=args.layers, vocab_size=args.vocab,
-                           token_input=not args.no_token_input, seq_len=args.seq_len, max_windows=args.max_windows,
+                           token_input=not args.no_token_input, inner_size=args.inner, seq_len=args.seq_len, max_windows=args.max_windows,
                            batch=args.batch, steps=args.steps, lr=args.lr, decay=args.decay, seed=args.seed,
                            checkpoint_every=args.checkpoint_every)
     command = command_line(args)

@@ -86,3 +86,21 @@ def test_a_drafter_with_reduced_vocabulary_proposes_token_ids_of_the_model(tiny_
     drafted = {t for c in proposals for t in c.tokens}
     assert drafted and drafted <= {11, 22, 33, 44}
     assert max(len(c.tokens) for c in proposals) == 3
+
+
+def test_the_output_rows_are_the_models_own_and_are_not_saved(tmp_path):
+    lm_head = torch.nn.Linear(8, 50, bias=False)
+    heads = DraftHeads(HeadsConfig(hidden_size=8, num_heads=2, vocab_size=3))
+    heads.vocab_ids.copy_(torch.tensor([4, 9, 30]))
+    heads.attach_output(lm_head)
+    assert torch.equal(heads.out.weight, lm_head.weight[[4, 9, 30]])
+    assert not heads.out.weight.requires_grad
+    heads.save(tmp_path, dtype=torch.bfloat16)
+    from safetensors.torch import load_file
+
+    stored = load_file(str(tmp_path / "draft_heads.safetensors"))
+    assert "out.weight" not in stored and stored["heads.0.0.linear.weight"].dtype == torch.bfloat16
+    loaded = DraftHeads.load(tmp_path)
+    loaded.attach_output(lm_head)
+    x = torch.randn(8)
+    assert torch.allclose(loaded.logits(loaded(x)), heads.logits(heads(x)), atol=1e-2)
