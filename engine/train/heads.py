@@ -87,6 +87,7 @@ class Features:
     tokens: torch.Tensor  # (N, T) the windows
     hidden: torch.Tensor  # (N, T, H) float16: the last hidden state after each token
     greedy: torch.Tensor  # (N, T) the base model's greedy next token after each position
+    seconds: float = 0.0  # what computing them took the base model (over every run that computed a part)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -131,17 +132,19 @@ def compute_features(model, windows: torch.Tensor, folder: Path, batch: int = 4,
     """The base model over `windows`, stored in shards under `folder`; a shard already there (of
     these very windows) is read back, so an interrupted run goes on where it stopped."""
     folder.mkdir(parents=True, exist_ok=True)
-    index = folder / "windows.pt"
+    index, timing = folder / "windows.pt", folder / "seconds.json"
     if index.exists() and not torch.equal(torch.load(index, weights_only=True), windows):
-        for stale in folder.glob("shard-*.pt"):  # another corpus or split: start over
-            stale.unlink()
+        for stale in [*folder.glob("shard-*.pt"), timing]:  # another corpus or split: start over
+            stale.unlink(missing_ok=True)
     torch.save(windows, index)
+    seconds = json.loads(timing.read_text())["seconds"] if timing.exists() else 0.0
     device = next(model.parameters()).device
     hidden, greedy = [], []
     shards = range(0, len(windows), WINDOWS_PER_SHARD)
     for n, start in enumerate(shards):
         file = folder / f"shard-{n:04d}.pt"
         if not file.exists():
+            started = time.perf_counter()
             part = windows[start:start + WINDOWS_PER_SHARD]
             outs = [base_outputs(model, part[i:i + batch].to(device)) for i in range(0, len(part), batch)]
             shard = {"hidden": torch.cat([h for h, _ in outs]).half().cpu(),
@@ -149,12 +152,14 @@ def compute_features(model, windows: torch.Tensor, folder: Path, batch: int = 4,
             tmp = file.with_name(file.name + ".tmp")
             torch.save(shard, tmp)
             os.replace(tmp, file)
+            seconds += time.perf_counter() - started
+            timing.write_text(json.dumps({"seconds": round(seconds, 1)}))  # the model's time, over every run
         shard = torch.load(file, weights_only=True)
         hidden.append(shard["hidden"])
         greedy.append(shard["greedy"])
         if progress:
             progress(min(start + WINDOWS_PER_SHARD, len(windows)), len(windows), {"stage": "base model"})
-    return Features(windows, torch.cat(hidden), torch.cat(greedy))
+    return Features(windows, torch.cat(hidden), torch.cat(greedy), seconds)
 
 
 def frequent_tokens(greedy: torch.Tensor, vocab_size: int, model_vocab: int) -> tuple[torch.Tensor, dict]:
@@ -338,10 +343,9 @@ def run_heads(model: str | None, out: Path, cfg: HeadsTrainConfig, *, corpus_spe
     out.mkdir(parents=True, exist_ok=True)
     log(f"the base model over {len(windows)} windows of {cfg.seq_len} tokens ({len(train_files)} files), "
         f"stored in {out / FEATURES_DIR}")
-    started = time.perf_counter()
     features = compute_features(base, windows, out / FEATURES_DIR, progress=progress)
     val_features = compute_features(base, val_windows, out / (FEATURES_DIR + "-heldout"))
-    feature_seconds = time.perf_counter() - started
+    feature_seconds = features.seconds + val_features.seconds
 
     model_vocab = base.get_output_embeddings().weight.shape[0]
     vocab_size = cfg.vocab_for(model_vocab)
@@ -366,6 +370,7 @@ def run_heads(model: str | None, out: Path, cfg: HeadsTrainConfig, *, corpus_spe
               "windows": len(windows), "seq_len": cfg.seq_len, "training_tokens": len(windows) * cfg.seq_len,
               "files": len(train_files), "corpus": corpus_specs or ["stdlib"], "vocab_size": vocab_size,
               "vocab_coverage": coverage, "token_input": cfg.token_input, "num_layers": cfg.num_layers,
+              "inner_size": heads.config.inner_size,
               "final_loss": state.losses[-1] if state.losses else None, "fim_rate": fim_rate if fim else 0.0,
               "parameters": sum(p.numel() for p in heads.parameters() if p.requires_grad), "command": command}
     heads.save(save_to, extra={"trained": {k: report[k] for k in ("model", "corpus", "training_tokens", "steps",
@@ -384,6 +389,7 @@ def model_card(report: dict) -> str:
     return f"""# Draft heads for {report['model']}
 
 {len(report['heads'])} Medusa-style heads ({report['num_layers']} residual block each, \
+{f"inner width {report['inner_size']}" if report['inner_size'] else "Medusa's one-matrix block"}; \
 {report['parameters'] / 1e6:.2f}M trained parameters in all, stored in bfloat16) on the model's last hidden state\
 {', seeing the certain next token too' if report['token_input'] else ''}, with {vocab}. Head k guesses \
 the token k places after the next one; MemoSight's speculative decoding verifies every guess with the \
