@@ -23,6 +23,7 @@ import torch
 
 from . import kv
 from .drafts.base import DraftSource, DraftState, DraftStats, StepOutcome
+from .lean import output_layer
 from .sizing import TreeSizer
 from .verify import Candidate, DraftTree, accept_longest_path, build_tree, subtree, tree_attention_mask
 
@@ -334,7 +335,7 @@ class Speculator:
             positions = torch.tensor([[past + d for d in tree.depths]], device=device)
             mask = tree_attention_mask(tree, past, hidden_last.dtype, device)
             hidden = kv.forward_hidden(model, ids, prompt_cache.cache, attention_mask=mask, position_ids=positions)
-        return Verified(tree, hidden[0], model.get_output_embeddings(), past, max(1, batch_rows))
+        return Verified(tree, hidden[0], output_layer(model), past, max(1, batch_rows))
 
     def calibrate(self, model, prompt_cache: kv.PromptCache, hidden_last: torch.Tensor) -> None:
         """Measure what this device charges: a verification pass of each size the sizer weighs (a
@@ -351,7 +352,7 @@ class Speculator:
             accept_longest_path(chain, verified.greedy_next)
             self.sizer.cost.record(rows, (time.perf_counter() - started) * 1000)
             kv.crop(prompt_cache.cache, past)
-        head, hidden = model.get_output_embeddings(), hidden_last.reshape(1, -1)
+        head, hidden = output_layer(model), hidden_last.reshape(1, -1)
         ms = {}
         for rows in (1, 1, 2, 4, 8, 16, 32):  # 1 twice: the first call warms up
             batch = hidden.expand(rows, -1).contiguous()

@@ -26,13 +26,17 @@ def _hidden_states(model, ids: list[int], use_lean: bool) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_lean_forward_matches_transformers_bit_for_bit(tiny_models, arch):
+@pytest.mark.parametrize("packed", [False, True])
+def test_lean_forward_matches_transformers(tiny_models, arch, packed, monkeypatch):
+    """Bit for bit with F.linear everywhere (MEMOSIGHT_PACK=0); with several-token passes through
+    packed weights, the same float32 arithmetic grouped differently: equal to float rounding."""
+    monkeypatch.setattr(lean, "PACK_FLOAT32", packed and lean.PACK_FLOAT32)
     model = AutoModelForCausalLM.from_pretrained(tiny_models[arch]).eval()
     assert lean.decoder_for(model) is not None
     ids = [(7 * i + 3) % (model.config.vocab_size - 10) + 5 for i in range(50)]
     reference = _hidden_states(model, ids, use_lean=False)
     for ours, theirs in zip(_hidden_states(model, ids, use_lean=True), reference):
-        assert torch.equal(ours, theirs)
+        assert torch.allclose(ours, theirs, atol=1e-5) if packed else torch.equal(ours, theirs)
 
 
 def test_fused_projections_are_views_and_transformers_still_agrees(tiny_models):
@@ -94,3 +98,20 @@ def test_unsupported_architectures_keep_the_transformers_forward(tiny_models):
     with torch.inference_mode():
         hidden = kv.forward_hidden(model, torch.tensor([[5, 6, 7]]), kv.new_cache(model))
     assert hidden.shape == (1, 3, model.config.hidden_size)
+
+
+def test_a_float32_projection_of_several_rows_is_the_same_arithmetic_through_packed_weights():
+    from memosight.engine import lean
+
+    if not lean.PACK_FLOAT32:
+        pytest.skip("oneDNN is not available in this torch build")
+    torch.manual_seed(0)
+    weight, bias = torch.randn(48, 32), torch.randn(48)
+    projection = lean._Projection(weight, bias)
+    x = torch.randn(1, 7, 32)
+    one = projection(x[:, :1])
+    assert torch.equal(one, torch.nn.functional.linear(x[:, :1], weight, bias))  # one row: F.linear itself
+    many = projection(x)
+    assert projection.packed is not None
+    assert torch.allclose(many, torch.nn.functional.linear(x, weight, bias), atol=1e-5)
+    assert torch.equal(projection(x[:, 2:5]), many[:, 2:5])  # a row's result does not depend on its batch

