@@ -91,6 +91,11 @@ class Int8Linear(nn.Module):
         return self.qweight.shape[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        step = self.__dict__.get("_packed_step")
+        if step is None and not self.weight_only and self.packed() is not None:
+            step = self.__dict__["_packed_step"] = self._packed_step()
+        if step is not None:
+            return step(x)
         shape = x.shape
         rows = x.reshape(-1, self.in_features)
         if self.weight_only:
@@ -109,6 +114,27 @@ class Int8Linear(nn.Module):
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
         return out.reshape(*shape[:-1], self.out_features)
+
+    def _packed_step(self):
+        """The packed path as a closure over plain locals: the same operations as `forward`'s,
+        without nn.Module's attribute lookups, which cost more than the small operations themselves
+        (~50 us a call of Python, 121 calls a pass of SmolLM2)."""
+        packed, scale, zeros = self._packed, self._float_scale, self._zero_points
+        bias = None if self.bias is None else self.bias.float()
+        in_features, out_features, dtype = self.in_features, self.out_features, self.dtype
+        qlinear = torch.ops.onednn.qlinear_pointwise.default
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            rows = x.reshape(-1, in_features).float()
+            x_scale = rows.abs().amax(dim=1, keepdim=True).clamp_min_(1e-8).div_(127.0)  # per token
+            x_q = torch.round(rows / x_scale).to(torch.int8)
+            out = qlinear(x_q, 1.0, 0, packed, scale, zeros, None, 1.0, 0, torch.float32, "none", [], "")
+            out = out.mul_(x_scale).to(dtype)
+            if bias is not None:
+                out = out.add_(bias.to(out.dtype))
+            return out.reshape(*x.shape[:-1], out_features)
+
+        return step
 
     @property
     def weight(self) -> torch.Tensor:

@@ -39,11 +39,19 @@ def decoder_for(model) -> "LeanDecoder | None":
     return _decoders[model]
 
 
-def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
+class _Norm:
+    """An RMSNorm's weight and epsilon as plain attributes (nn.Module's lookups cost more than a
+    small operation)."""
+
+    def __init__(self, norm) -> None:
+        self.weight, self.eps = norm.weight.detach(), norm.variance_epsilon
+
+
+def _rms_norm(x: torch.Tensor, norm: _Norm) -> torch.Tensor:
     # The transformers formula, step for step, so the results match it bit for bit.
     dtype = x.dtype
     x = x.to(torch.float32)
-    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.eps)
     return norm.weight * x.to(dtype)
 
 
@@ -108,7 +116,7 @@ def _fuse(*linears):
 class _Layer:
     def __init__(self, layer) -> None:
         attn, mlp = layer.self_attn, layer.mlp
-        self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
+        self.input_norm, self.post_norm = _Norm(layer.input_layernorm), _Norm(layer.post_attention_layernorm)
         self.qkv = _fuse(attn.q_proj, attn.k_proj, attn.v_proj)
         self.q_size, self.kv_size = attn.q_proj.weight.shape[0], attn.k_proj.weight.shape[0]
         self.o_proj = _projection(attn.o_proj)
@@ -123,7 +131,7 @@ class LeanDecoder:
         base = model.base_model
         self.embed = base.embed_tokens
         self.rotary = base.rotary_emb
-        self.norm = base.norm
+        self.norm = _Norm(base.norm)
         self.layers = [_Layer(layer) for layer in base.layers]
         self.output = _projection(model.get_output_embeddings())  # several rows at once: a tree's logits
         # int8 x int8 layers round every activation to 1/127 of its row's largest value, which turns
