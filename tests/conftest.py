@@ -18,9 +18,13 @@ FIM_TOKENS = ["<|endoftext|>", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "
 
 
 def verify_everything(speculator):
-    """Every drafted node goes into the verification pass, whatever it costs on this machine: for
-    tests about what the sources draft, not about how many nodes pay (tests/engine/test_sizing.py)."""
+    """Drafting that does not depend on this machine's timing: every step drafts, no source is
+    paused for its time, and every drafted node goes into the verification pass, whatever it costs
+    here. For tests about what the sources draft; how much drafting pays is tested apart
+    (tests/engine/test_sizing.py, the controller's tests in test_speculate.py)."""
     speculator.sizer.choose = lambda tree: list(range(len(tree)))
+    speculator.controller.explore_every = 1
+    speculator.controller.min_asks = 10**9
     return speculator
 
 

@@ -8,6 +8,8 @@ import torch
 
 import memosight.engine.models as models
 
+from ..conftest import verify_everything
+
 DEFAULT = Path(models.__file__).parent / "default"
 
 
@@ -50,6 +52,7 @@ def test_the_default_model_writes_its_known_completions_with_and_without_specula
     from memosight.engine import load_engine
 
     engine = load_engine(device="cpu")
+    verify_everything(engine.speculator)
     assert engine.name == "default" and engine.fim.has_fim
     for prefix, suffix, expected in KNOWN_COMPLETIONS:
         assert engine.complete(prefix, suffix, max_new_tokens=16, single_line=True).text == expected, prefix

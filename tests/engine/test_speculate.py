@@ -49,8 +49,6 @@ def with_corpus_table(engine):
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
 def test_speculative_equals_plain_greedy(tiny_models, arch):
     engine = with_corpus_table(with_random_heads(load_engine(str(tiny_models[arch]), device="cpu")))
-    engine.speculator.controller.explore_every = 1  # draft at every step, whether or not it pays here
-    engine.speculator.controller.min_asks = 10**9  # no source paused for its time: that depends on the machine
     for prompt in PROMPTS:
         ids = engine.prompt_ids(prompt, "\n    return total\n")
         for limit in (1, 2, 5, 40):
@@ -72,6 +70,7 @@ def test_eos_inside_an_accepted_draft_ends_generation(repeater_model_dir):
 
 def test_drafts_are_accepted_many_tokens_per_step(repeater_model_dir):
     engine = load_engine(str(repeater_model_dir), device="cpu")
+    verify_everything(engine.speculator)
     ids = engine.encode("xxxxxxxxxxxx = 1\n")
     out = engine.generate(ids, 60)
     assert out == engine.generate(ids, 60, speculative=False)
@@ -199,7 +198,7 @@ def test_a_new_source_is_one_class_in_the_list_and_observes_every_step(tiny_mode
     ids = engine.prompt_ids(PROMPTS[1], "")
     plain = engine.generate(ids, 30, speculative=False)
     recorder = Recorder(plain[1:9])  # right for a while after the first token, then wrong
-    engine.speculator = Speculator([recorder, *engine.speculator.drafters])
+    engine.speculator = verify_everything(Speculator([recorder, *engine.speculator.drafters]))
     assert engine.generate(ids, 30) == plain
     stats = engine.speculator.to_json()
     assert stats["sources"]["recorder"]["accepted"] >= 7  # its right guesses were taken in one step

@@ -26,6 +26,7 @@ def test_decoding_with_a_draft_model_is_exactly_greedy(tiny_model_dir, tmp_path)
     draft_dir = build_tiny_model(tmp_path / "draft", "llama", seed=1)
     engine = load_engine(str(tiny_model_dir), draft_model=str(draft_dir))
     bold(engine)
+    verify_everything(engine.speculator)
     for text in PROMPTS:
         ids = engine.tokenizer.encode(text)
         assert engine.generate(ids, 24, speculative=True) == engine.generate(ids, 24, speculative=False)

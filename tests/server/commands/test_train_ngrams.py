@@ -7,6 +7,8 @@ from memosight.engine import load_engine
 from memosight.engine.drafts.ngram import TABLE_FILE
 from memosight.server.cli import main
 
+from ...conftest import verify_everything
+
 
 def test_train_ngrams_writes_the_table_beside_the_model_and_the_engine_drafts_with_it(own_model_dir, code_corpus,
                                                                                        capsys):
@@ -18,6 +20,7 @@ def test_train_ngrams_writes_the_table_beside_the_model_and_the_engine_drafts_wi
     assert out.startswith("counted the next token after ") and f"wrote {model_dir / TABLE_FILE} (" in out
     engine = load_engine(str(model_dir), device="cpu")
     assert engine.speculator.drafter("table") is not None
+    verify_everything(engine.speculator)
     ids = engine.prompt_ids("class Item0:\n    def __init__(self, name):\n        self.", "\n")
     assert engine.generate(ids, 24, speculative=True) == engine.generate(ids, 24, speculative=False)
     assert engine.speculator.to_json()["sources"]["table"]["drafted"] > 0
