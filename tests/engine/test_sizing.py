@@ -6,7 +6,7 @@ from memosight.engine.verify import Candidate, build_tree
 
 
 def sizer_with(costs: dict[int, float]) -> TreeSizer:
-    sizer = TreeSizer(max_rows=16)
+    sizer = TreeSizer(max_rows=16, explore_every=0)
     for rows, ms in costs.items():
         sizer.cost.record(rows, ms)
     return sizer
@@ -82,3 +82,12 @@ def test_calibration_starts_at_the_sources_own_word_and_learns_per_score_band():
     assert calibration.probability("draft", 1, 2e-8) > 0.9
     assert calibration.probability("draft", 1, 0.9) < 0.1
     assert calibration.probability("draft", 2, 2e-8) < 0.01  # another depth: nothing learnt yet
+
+
+def test_now_and_then_a_pass_carries_more_nodes_than_pay_so_their_figures_stay_measured():
+    sizer = TreeSizer(max_rows=16, explore_every=4)
+    for rows, ms in {1: 10, 2: 18, 4: 34, 8: 70, 16: 150}.items():
+        sizer.cost.record(rows, ms)
+    tree = tree_of(([1, 2, 3, 4, 5, 6], 0.4, "draft"))
+    chosen = [len(sizer.choose(tree)) for _ in range(8)]
+    assert chosen == [1, 1, 1, 5, 1, 1, 1, 5]  # a plain step pays; every fourth verifies 4 nodes anyway
