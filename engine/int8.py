@@ -36,6 +36,11 @@ def _has_packed_kernels() -> bool:
 
 
 PACKED_KERNELS = _has_packed_kernels()
+# oneDNN's packed kernel takes a path ~30-300x slower for some row counts under 4, depending on the
+# layer's shape (measured here, torch 2.13: the embedded model's output layer 86 ms for one row
+# against 0.27 for two; SmolLM2's k_proj 3.1 ms for one row against 0.06 for two). Fewer rows are
+# padded to this many, where every shape measured was fast.
+MIN_PACKED_ROWS = 4
 
 
 class Int8Linear(nn.Module):
@@ -103,14 +108,8 @@ class Int8Linear(nn.Module):
         else:
             x_scale = rows.float().abs().amax(dim=1, keepdim=True).clamp_min(1e-8) / 127.0  # per token
             x_q = torch.round(rows.float() / x_scale).to(torch.int8)
-            packed = self.packed()
-            if packed is not None:  # int32 sums times the weight's scale, then the row's
-                out = (torch.ops.onednn.qlinear_pointwise(
-                    x_q, 1.0, 0, packed, self._float_scale, self._zero_points, None, 1.0, 0, torch.float32,
-                    "none", [], "") * x_scale).to(rows.dtype)
-            else:
-                # (out, in) transposed: measured faster here than a contiguous (in, out) copy
-                out = (torch._int_mm(x_q, self.qweight.t()).float() * self.scale * x_scale).to(rows.dtype)
+            # (out, in) transposed: measured faster here than a contiguous (in, out) copy
+            out = (torch._int_mm(x_q, self.qweight.t()).float() * self.scale * x_scale).to(rows.dtype)
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
         return out.reshape(*shape[:-1], self.out_features)
@@ -126,9 +125,14 @@ class Int8Linear(nn.Module):
 
         def step(x: torch.Tensor) -> torch.Tensor:
             rows = x.reshape(-1, in_features).float()
+            count = rows.shape[0]
+            if count < MIN_PACKED_ROWS:  # see MIN_PACKED_ROWS: the padding rows cost nothing measurable
+                rows = torch.cat([rows, rows.new_zeros(MIN_PACKED_ROWS - count, in_features)])
             x_scale = rows.abs().amax(dim=1, keepdim=True).clamp_min_(1e-8).div_(127.0)  # per token
             x_q = torch.round(rows / x_scale).to(torch.int8)
             out = qlinear(x_q, 1.0, 0, packed, scale, zeros, None, 1.0, 0, torch.float32, "none", [], "")
+            if count < MIN_PACKED_ROWS:
+                out, x_scale = out[:count], x_scale[:count]
             out = out.mul_(x_scale).to(dtype)
             if bias is not None:
                 out = out.add_(bias.to(out.dtype))

@@ -119,6 +119,8 @@ class Document:
     _tree: object | None = field(default=None, repr=False)
     _tree_stale: bool = field(default=False, repr=False)
     _tree_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # a frozen copy's live document: a tree the copy parses is handed back to it while the text is the same
+    _origin: Document | None = field(default=None, repr=False, compare=False)
 
     @property
     def path(self) -> str:
@@ -209,12 +211,16 @@ class Document:
             return text, tree.copy() if tree is not None else None
 
     def frozen(self) -> Document:
-        """A copy for the engine thread: later edits of this document never reach it."""
+        """A copy for the engine thread: later edits of this document never reach it. It is not
+        parsed here but when (and if) its tree is asked for: while the user types inside a function
+        the context is built without one, and a re-parse of code that does not parse yet (a function
+        half typed in the middle of a long file) costs tens of milliseconds."""
         with self._tree_lock:
-            text, tree = (self.text, None) if self.large else self._parse()  # a large one is parsed by window
-            # the line starts list is replaced on edits, never changed in place: it can be shared
-            return Document(self.uri, text, self.language, self.version, self._line_starts,
-                            tree.copy() if tree is not None else None)
+            # the line starts list is replaced on edits, never changed in place: it can be shared;
+            # the tree was edited to match the text, and is parsed from there on demand
+            tree = None if self.large or self._tree is None else self._tree.copy()  # a large one: by window
+            return Document(self.uri, self.text, self.language, self.version, self._line_starts, tree,
+                            self._tree_stale, _origin=self)
 
     def _parse(self) -> tuple[str, object | None]:
         """(text, tree) with the tree brought up to date; the caller holds the lock."""
@@ -231,7 +237,17 @@ class Document:
                 if cached is None:
                     _PARSED_TREES.put(key, self._tree.copy())  # copies: edits of one never reach another
             self._tree_stale = False
+            self._hand_back()
         return self.text, self._tree
+
+    def _hand_back(self) -> None:
+        """A frozen copy's new tree goes to its live document too, when that has not changed since."""
+        origin = self._origin
+        if origin is None or origin.large or self._tree is None:
+            return
+        with origin._tree_lock:
+            if origin.text is self.text and (origin._tree is None or origin._tree_stale):
+                origin._tree, origin._tree_stale = self._tree.copy(), False
 
     @property
     def tree(self):

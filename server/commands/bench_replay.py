@@ -36,10 +36,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model folder or hub id (default: the embedded model)")
     parser.add_argument("--functions", type=int, default=6, help="functions to type back")
     parser.add_argument("--max-chars", type=int, default=400, help="skip functions longer than this")
-    parser.add_argument("--key-ms", type=float, default=60.0, help="time between keystrokes in a burst")
-    parser.add_argument("--pause", "--pause-ms", dest="pauses", type=pauses, default=[400.0], metavar="MS[,MS...]",
+    parser.add_argument("--min-lines", type=int, default=None,
+                        help="only functions of files at least this long (a large file, as users have them)")
+    parser.add_argument("--burst", type=burst_sizes, default=None, metavar="MIN,MAX",
+                        help="keystrokes typed before each request, drawn between MIN and MAX (default 2,9)")
+    parser.add_argument("--key-ms", type=float, default=None, help="time between keystrokes in a burst (default 60)")
+    parser.add_argument("--pause", "--pause-ms", dest="pauses", type=pauses, default=None, metavar="MS[,MS...]",
                         help="pause after a burst, when a request is sent (default 400); 0: no pause, each answer "
                              "waited for; a comma list runs each mode in turn, e.g. --pause 0,400")
+    parser.add_argument("--pattern", choices=["replay", "bursts"], default="replay",
+                        help="bursts: the pattern of an editor client that sends typed characters at once and "
+                             "asks after each burst of 1-6, in a large file (--key-ms 0 --burst 1,6 --min-lines "
+                             "1000 --pause 0 --workspace corpus, unless given)")
+    parser.add_argument("--workspace", choices=["none", "corpus"], default=None,
+                        help="the workspace folder the editor opens: none, or the corpus folder (indexed for "
+                             "definitions, as a project is); default none, corpus with --pattern bursts")
     parser.add_argument("--breakdown", action="store_true",
                         help="where each request's milliseconds went, stage by stage (the server's timings)")
     parser.add_argument("--plot", metavar="FILE.png",
@@ -56,6 +67,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_json_argument(parser)
 
 
+PATTERNS = {  # the defaults of each typing pattern, for the options not given
+    "replay": {"key_ms": 60.0, "burst": (2, 9), "min_lines": 0, "pauses": [400.0], "workspace": "none"},
+    "bursts": {"key_ms": 0.0, "burst": (1, 6), "min_lines": 1000, "pauses": [0.0], "workspace": "corpus"},
+}
+
+
+def apply_pattern(args: argparse.Namespace) -> None:
+    for key, value in PATTERNS[args.pattern].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+
+
 def pauses(spec: str) -> list[float]:
     try:
         values = [float(v) for v in spec.split(",")]
@@ -64,6 +87,16 @@ def pauses(spec: str) -> list[float]:
     if any(v < 0 for v in values):
         raise argparse.ArgumentTypeError("a pause cannot be negative")
     return values
+
+
+def burst_sizes(spec: str) -> tuple[int, int]:
+    try:
+        low, high = (int(v) for v in spec.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MIN,MAX keystrokes, e.g. 1,6; got {spec!r}") from None
+    if not 1 <= low <= high:
+        raise argparse.ArgumentTypeError(f"expected 1 <= MIN <= MAX, got {spec!r}")
+    return low, high
 
 
 def setting(spec: str) -> tuple[str, object]:
@@ -94,7 +127,8 @@ class Replay:
     accepted: int = 0
 
 
-def pick_functions(folder: str, count: int, max_chars: int, rng: random.Random) -> list[tuple[Path, str, int, int]]:
+def pick_functions(folder: str, count: int, max_chars: int, rng: random.Random,
+                   min_lines: int = 0) -> list[tuple[Path, str, int, int]]:
     """(file, text, start, end): function spans whose text is short enough to type back."""
     root = Path(folder)
     if not root.is_dir():
@@ -104,6 +138,8 @@ def pick_functions(folder: str, count: int, max_chars: int, rng: random.Random) 
     rng.shuffle(files)
     for path in files:
         text = path.read_text(encoding="utf-8", errors="replace")
+        if text.count("\n") < min_lines:
+            continue
         try:
             tree = ast.parse(text)
         except SyntaxError:
@@ -142,10 +178,10 @@ def keystrokes(text: str) -> list[str]:
     return keys
 
 
-def bursts(keys: list[str], rng: random.Random) -> list[list[str]]:
+def bursts(keys: list[str], rng: random.Random, sizes: tuple[int, int] = (2, 9)) -> list[list[str]]:
     out, i = [], 0
     while i < len(keys):
-        n = rng.randint(2, 9)
+        n = rng.randint(*sizes)
         out.append(keys[i:i + n])
         i += n
     return out
@@ -187,7 +223,7 @@ async def replay_function(lsp, uri: str, text: str, start: int, end: int, args, 
         remaining = remaining[len(piece):]
 
     while remaining:
-        burst = bursts(keystrokes(remaining), rng)[0]
+        burst = bursts(keystrokes(remaining), rng, args.burst)[0]
         for key in burst:
             if pending is not None and not pending[1].done():  # typing resumes: the editor cancels
                 lsp.cancel(pending[0])
@@ -253,9 +289,10 @@ async def replay(args) -> dict:
     from .lsp_client import LspProcess
 
     rng = random.Random(args.seed)
-    functions = pick_functions(args.corpus, args.functions, args.max_chars, rng)
+    functions = pick_functions(args.corpus, args.functions, args.max_chars, rng, args.min_lines)
     if not functions:
-        raise CommandError(f"no function of at most {args.max_chars} characters under {args.corpus}")
+        raise CommandError(f"no function of at most {args.max_chars} characters in a file of at least "
+                           f"{args.min_lines} lines under {args.corpus}")
     env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
     server_args = ["--log-file", args.server_log, "--log-level", "debug"] if args.server_log else []
     lsp = LspProcess([sys.executable, "-m", "memosight.server", "--stdio", *server_args], env=env)
@@ -267,7 +304,8 @@ async def replay(args) -> dict:
         if args.model:  # the model the server runs: its tokenizer counts the budget and renders FIM
             options["backend"]["tokenizer"] = args.model
     options.update(dict(args.set))
-    await lsp.call("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": {},
+    root = Path(args.corpus).resolve().as_uri() if args.workspace == "corpus" else None
+    await lsp.call("initialize", {"processId": os.getpid(), "rootUri": root, "capabilities": {},
                                   "initializationOptions": options})
     lsp.notify("initialized", {})
     warm_uri = Path(functions[0][0]).resolve().as_uri() + "#warmup"
@@ -445,5 +483,6 @@ def render_breakdown(b: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    apply_pattern(args)
     print_result(asyncio.run(replay(args)), args.json, render)
     return 0

@@ -85,10 +85,11 @@ class ContextCompressor:
               others: list | tuple = ()) -> PackedContext:
         """The context at string offset `cursor` of `doc`, within `budget` tokens of `count_tokens`, of
         which about `suffix_share` after the cursor; `others` are the other open documents."""
-        text, tree = doc.snapshot()
+        text = doc.text
         cursor = max(0, min(cursor, len(text)))
-        if tree is None:  # no grammar: a line window around the cursor
+        if languages.parser_for(doc.language) is None:  # no grammar: a line window around the cursor
             return truncate_around_cursor(text, cursor, budget, suffix_share, count_tokens, doc.path)
+        tree = lambda: doc.snapshot()[1]  # noqa: E731 - parsed when asked for: most keystrokes need no tree
         count = lambda piece: self._count(piece, count_tokens)  # noqa: E731 - memoized by content
         comment = languages.comment_prefix(doc.language)
         marker_tokens = count(f"{comment} ...\n")
@@ -147,7 +148,7 @@ class ContextCompressor:
                 # read here, when a far part is chosen, not on every keystroke.
                 shown = identifiers(text[rows.offset(max(near_start, cursor_row - USE_WINDOW_LINES)):
                                          rows.offset(def_start)]) - used if near_start < def_start else set()
-                state.update(score_sources(doc, text, tree, cursor_row, used, other_docs, query, self.weights,
+                state.update(score_sources(doc, text, tree(), cursor_row, used, other_docs, query, self.weights,
                                            attended, shown))
                 analysis = state["analysis"]
                 state["closers"] = tuple(analysis.definitions[d].signature for d in analysis.enclosing(cursor_row)
@@ -198,28 +199,39 @@ class ContextCompressor:
 
     # --- steps ----------------------------------------------------------------------------------
 
-    def _window(self, uri: str, language: str, text: str, tree, rows: Rows) -> tuple[int, int]:
+    def _window(self, uri: str, language: str, text: str, tree: Callable[[], object], rows: Rows) -> tuple[int, int]:
         """First and last rows of the near window: the function around the cursor, else a window of
         lines that moves by whole quanta. While the code around the cursor does not parse (an
         unclosed bracket or docstring as the user types), the last window is kept if the code above
-        it and below it is unchanged, so a transient error does not reshuffle the context."""
+        it and below it is unchanged, so a transient error does not reshuffle the context. Typing on
+        an indented line inside the last function window keeps it too, with no parse at all."""
         cursor_row, total_rows = rows.cursor_row, text.count("\n") + 1
-        def_start, def_end = function_rows(language, text, tree, rows.cursor, cursor_row)
         previous = self._windows.get(uri)
-        # No function found where there was one a keystroke ago is usually a transient parse too:
-        # an opened docstring or string swallows the rest of the file until it is closed.
-        if previous is not None and (def_start is None or error_near(tree, text, rows.cursor)):
-            start, rows_below, above_hash, below_hash = previous
+
+        def kept() -> tuple[int, int] | None:
+            start, rows_below, above_hash, below_hash, _ = previous
             end = total_rows - rows_below
             if start <= cursor_row <= end and above_hash == content_hash(text[:rows.offset(start)]) \
                     and below_hash == content_hash(text[rows.offset(end + 1):]):
                 return start, end
+            return None
+
+        line = text[rows.offset(cursor_row):rows.cursor]
+        if previous is not None and previous[4] and line[:1] in (" ", "\t") and (window := kept()) is not None:
+            return window
+        def_start, def_end = function_rows(language, text, tree(), rows.cursor, cursor_row)
+        # No function found where there was one a keystroke ago is usually a transient parse too:
+        # an opened docstring or string swallows the rest of the file until it is closed.
+        if previous is not None and (def_start is None or error_near(tree(), text, rows.cursor)):
+            if (window := kept()) is not None:
+                return window
+        in_function = def_start is not None
         if def_start is None:  # outside any function
             def_start = max(0, (cursor_row // QUANTUM_LINES) * QUANTUM_LINES - WINDOW_LINES)
             def_end = (cursor_row // QUANTUM_LINES + 2) * QUANTUM_LINES - 1
         def_end = min(max(def_end, cursor_row), total_rows - 1)
         self._windows.put(uri, (def_start, total_rows - def_end, content_hash(text[:rows.offset(def_start)]),
-                                content_hash(text[rows.offset(def_end + 1):])))
+                                content_hash(text[rows.offset(def_end + 1):]), in_function))
         return def_start, def_end
 
     def _near_suffix(self, text: str, budget: int, comment: str, count_tokens) -> tuple[str, bool]:

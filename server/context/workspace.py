@@ -92,6 +92,10 @@ class WorkspaceIndex:
         self._definers: dict[str, set[str]] = {}  # name -> paths
         self._documents = LRU(16)  # (path, mtime) -> Document, parsed on first use
         self._picks = LRU(64)  # uri -> the files last chosen for that document
+        # uri -> (names already resolved for it, what the choice depended on): while the user types
+        # names seen before, the choice stands without analysing the document again
+        self._resolved = LRU(64)
+        self._generation = 0  # counts changes of the index: a choice made before one is made again
         self._lock = threading.Lock()
         self.ready = threading.Event()
 
@@ -154,6 +158,7 @@ class WorkspaceIndex:
         key = path_key(path)
         with self._lock:
             self._forget(key)
+            self._generation += 1
             self._files[key] = (language, family, names)
             for name in names:
                 self._definers.setdefault(name, set()).add(key)
@@ -162,6 +167,7 @@ class WorkspaceIndex:
     def remove(self, path: Path) -> None:
         with self._lock:
             self._forget(path_key(path))
+            self._generation += 1
 
     def covers(self, path: Path) -> bool:
         """Whether a file a client reports belongs in the index: under the root, in no skipped
@@ -214,17 +220,26 @@ class WorkspaceIndex:
         before = doc.text[start:cursor]
         typing = len(before) - len(before.rstrip(IDENTIFIER_CHARS))  # a name still being typed
         names = identifiers(before[:len(before) - typing] + " " + doc.text[cursor:cursor + NEAR_CHARS // 4])
+        exclude = {path_key(doc.path), *(path_key(o.path) for o in open_docs)}
+        depends = (frozenset(exclude), self._generation)
+        resolved = self._resolved.get(doc.uri)
+        if resolved is not None and resolved[1] == depends and names <= resolved[0]:
+            # no name the last choice did not see: it stands (and no parse or analysis of a long file
+            # is paid on this keystroke)
+            return self.documents_at(self._picks.get(doc.uri, []))
+        seen = set(names)
         text, tree = doc.snapshot()
         if tree is not None:  # what this file defines or assigns needs no other file (imports do)
             here = analyze(text, tree, doc.language)  # cached: the compressor asks for the same
             names -= here.symbols.keys() | set(here.binds)
-        exclude = {path_key(doc.path), *(path_key(o.path) for o in open_docs)}
         picked = self.definers(names, family, exclude=exclude)
         # the last choice, less files since opened in the editor (their open text is used) or gone
         previous = [p for p in self._picks.get(doc.uri, []) if p not in exclude and p in self._files]
         if previous and set(picked) <= set(previous):
             picked = previous
         self._picks.put(doc.uri, picked)
+        self._resolved.put(doc.uri, (seen | (resolved[0] if resolved is not None and resolved[1] == depends
+                                             else set()), depends))
         return self.documents_at(picked)
 
     def documents_at(self, paths: list[str]) -> list:

@@ -108,3 +108,31 @@ def test_pauses_are_read_as_milliseconds():
         pauses("-5")
     with pytest.raises(argparse.ArgumentTypeError):
         pauses("fast")
+
+
+def test_the_bursts_pattern_is_an_editor_that_asks_after_every_burst_of_one_to_six_in_a_large_file():
+    from memosight.server.commands.bench_replay import apply_pattern, burst_sizes
+
+    args = argparse.Namespace(pattern="bursts", key_ms=None, burst=None, min_lines=None, pauses=None, workspace=None)
+    apply_pattern(args)
+    assert (args.key_ms, args.burst, args.min_lines, args.pauses) == (0.0, (1, 6), 1000, [0.0])
+    given = argparse.Namespace(pattern="bursts", key_ms=5.0, burst=(2, 2), min_lines=None, pauses=[400.0], workspace="none")
+    apply_pattern(given)  # what is given stays
+    assert (given.key_ms, given.burst, given.min_lines, given.pauses) == (5.0, (2, 2), 1000, [400.0])
+    assert burst_sizes("1,6") == (1, 6)
+    for bad in ("6,1", "0,3", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            burst_sizes(bad)
+
+
+def test_functions_come_from_files_at_least_min_lines_long(tmp_path):
+    import random
+
+    from memosight.server.commands.bench_replay import bursts, pick_functions
+
+    (tmp_path / "short.py").write_text(SAMPLE.read_text())
+    (tmp_path / "long.py").write_text(SAMPLE.read_text() + "\n" * 2000)
+    picked = pick_functions(str(tmp_path), 5, 400, random.Random(0), min_lines=1000)
+    assert picked and {path.name for path, *_ in picked} == {"long.py"}
+    keys = keystrokes("def f(x):\n    return x + 1\n")
+    assert all(1 <= len(b) <= 6 for b in bursts(keys, random.Random(0), (1, 6))[:-1])
