@@ -519,6 +519,21 @@ class Suggester:
             "root": str(index.root), "files": len(index), "indexed": index.ready.is_set()}
         return out
 
+    def close(self) -> None:
+        """For a command that exits next: stop, wait for the engine thread, and close the engine on
+        this thread. (A thread still in torch while the interpreter exits aborts the process:
+        "terminate called without an active exception", exit status 134.)"""
+        for job in self._jobs.values():
+            job.generation.cancel.set()
+        for uri in list(self._warm_ups):
+            self._stop_warm_up(uri)
+        self._stopped = True
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        engine = self.engine_if_ready()
+        self._engine_future = None
+        if engine is not None:
+            engine.close()
+
     def shutdown(self) -> None:
         for job in self._jobs.values():
             job.generation.cancel.set()

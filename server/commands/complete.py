@@ -67,6 +67,5 @@ def run(args: argparse.Namespace) -> int:
             runs = f"median of {len(latencies)} cold runs, " if len(latencies) > 1 else ""
             print(f"latency: {latency:.1f} ms ({runs}{suggestion.prompt_tokens} prompt tokens; "
                   f"model load {load_ms:.0f} ms, not included)")
-    engine.close()  # here, not on shutdown's background thread: torch must not be busy while Python exits
-    suggester.shutdown()
+    suggester.close()  # engine thread joined: torch must not be busy while Python exits
     return 0

@@ -76,5 +76,5 @@ def run(args: argparse.Namespace) -> int:
                 print("--- suffix ---")
                 print(packed.suffix)
     finally:
-        suggester.shutdown()
+        suggester.close()  # engine thread joined: torch must not be busy while Python exits
     return 1 if failed else 0
