@@ -39,6 +39,10 @@ class StopRule:
     # of a line the model is unsure of is mostly wrong, and costs a decoding step a token. In-process
     # engines only; a first token under it means no suggestion at all.
     min_confidence: float = 0.0
+    # The cursor's line has spaces or tabs right before the cursor (an indentation, `x = `): the
+    # suggestion's own leading ones are dropped, or the editor would show them doubled and misaligned
+    # (token healing lets a model choose a longer whitespace token than the one it cut).
+    after_whitespace: bool = False
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,8 @@ def _suffix_repeat_at(text: str, suffix_line: str) -> int:
 
 def apply_stop_rule(text: str, rule: StopRule) -> Cut:
     """Cut `text` at the first place a rule fires."""
+    if rule.after_whitespace:
+        text = text.lstrip(" \t")
     best, reason = len(text), None
     if rule.single_line and (i := text.find("\n")) != -1 and i < best:
         best, reason = i, "newline"

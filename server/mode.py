@@ -28,6 +28,7 @@ def completion_mode(doc: Document, cursor: int, settings: Settings) -> tuple[Sto
     following = text[line_end + 1:].split("\n", 40)
     next_line = next((line.rstrip("\r") for line in following[:40] if line.strip()), "")
     multiline = settings.multiline == "always"
+    after_whitespace = before[-1:] in (" ", "\t")  # the document has that whitespace already
     opener_line = before
     if settings.multiline == "auto" and not after.strip():
         if not before.strip():  # blank line: look at the line above
@@ -37,10 +38,11 @@ def completion_mode(doc: Document, cursor: int, settings: Settings) -> tuple[Sto
         multiline = opener_line.rstrip().endswith(openers)
     if not multiline:
         return StopRule(single_line=True, suffix_line=after, min_confidence=settings.min_confidence,
-                        time_budget_ms=float(settings.latency_budget_ms)), False
+                        time_budget_ms=float(settings.latency_budget_ms), after_whitespace=after_whitespace), False
     indent = len(opener_line) - len(opener_line.lstrip(" \t"))
     return StopRule(suffix_line=after, next_suffix_line=next_line, block_indent=indent,
-                    stop_strings=("\n\n\n",), time_budget_ms=float(settings.latency_budget_ms)), True
+                    stop_strings=("\n\n\n",), time_budget_ms=float(settings.latency_budget_ms),
+                    after_whitespace=after_whitespace), True
 
 
 def max_new_tokens(settings: Settings, multiline: bool) -> int:

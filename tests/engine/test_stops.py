@@ -116,3 +116,27 @@ def test_text_pieces_that_end_without_a_rule_are_all_kept():
     state = StreamState()
     assert "".join(stream_pieces(iter(["x = ", "1"]), StopRule(), state)) == "x = 1"
     assert state.stop_reason == "max_tokens"
+
+
+def test_leading_whitespace_the_document_has_at_the_cursor_is_dropped_as_it_streams():
+    rule = StopRule(single_line=True, after_whitespace=True)
+    assert apply_stop_rule("    return x\n", rule).text == "return x"
+    assert apply_stop_rule("\t return x", rule).text == "return x"
+    assert apply_stop_rule(" return x", StopRule(single_line=True)).text == " return x"  # not asked: kept
+    state = StreamState()
+    pieces = list(stream_pieces(["  ", "  ret", "urn x", "\n  y"], rule, state))
+    assert "".join(pieces) == "return x" and state.text == "return x"
+
+
+def test_no_tokenizer_leaves_a_stray_space_after_an_indentation(tiny_models):
+    # token healing cuts the indentation and lets the model choose a longer whitespace token first:
+    # the rule removes what the document already has, whatever the tokenizer's whitespace tokens
+    from memosight.engine import load_engine
+
+    prefixes = ["def f(x):\n    ", "class A:\n    def g(self):\n        ", "if x:\n\t", "x = "]
+    for arch, folder in tiny_models.items():
+        engine = load_engine(str(folder))
+        for prefix in prefixes:
+            text = engine.complete(prefix, max_new_tokens=8, stop=StopRule(single_line=True, after_whitespace=True)).text
+            assert not text.startswith((" ", "\t")), (arch, prefix, text)
+        engine.close()

@@ -50,3 +50,11 @@ def test_multi_line_completions_carry_the_latency_budget():
     assert multiline and stop.time_budget_ms == 90
     stop, multiline = completion_mode(doc, len("def f("), Settings(latency_budget_ms=90))
     assert not multiline and stop.single_line
+
+
+def test_whitespace_before_the_cursor_is_not_suggested_again():
+    rule, _ = mode_at("def f(x):\n    |\n")  # after the indentation: multi-line, block below the opener
+    assert rule.after_whitespace
+    assert mode_at("x = |1\n")[0].after_whitespace
+    assert not mode_at("x =|\n")[0].after_whitespace  # " 1" is right here
+    assert not mode_at("def f(x):\n    return 1\n|")[0].after_whitespace  # column 0: the indentation is wanted
