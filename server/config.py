@@ -303,8 +303,31 @@ class ConfigSources:
 
     def settings(self) -> Settings:
         file_values = {k: v for k, v in self.file_values.items() if k not in self.untrusted_file_keys()}
-        merged = {**file_values, **self.init_values, **self.client_values}
+        merged = {**self.anchored(file_values), **self.init_values, **self.client_values}
         return Settings(**merged)
+
+    def anchored(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The project file's relative model paths resolved against the workspace root, where the
+        file is: the server's own working directory is wherever the editor was started from."""
+        if self.root is None:
+            return values
+        out = dict(values)
+        for key in PATH_KEYS:
+            value = out.get(key)
+            if isinstance(value, str) and _relative_path(value, self.root):
+                out[key] = str(self.root / value)
+        return out
+
+
+PATH_KEYS = ("model", "draft_model")
+
+
+def _relative_path(value: str, root: Path) -> bool:
+    """Whether a model value is a path relative to the workspace (not a packaged name or a Hugging
+    Face id such as 'org/name'): it exists there, or says it is a path (./, ../, a .gguf file)."""
+    if not value or Path(value).is_absolute() or value.startswith("~"):
+        return False
+    return value.startswith(("./", "../", ".\\", "..\\")) or value.lower().endswith(".gguf") or (root / value).exists()
 
 
 ALLOW_LIST_FILE = "~/.config/memosight/trusted-workspaces"  # one folder per line

@@ -54,7 +54,7 @@ def settings_for(path: Path, overrides: dict) -> Settings:
         if values or errors:
             for error in errors:
                 say(error.message())
-            sources.file_values = values
+            sources.file_values, sources.root = values, folder  # its relative paths are the folder's
             break
     sources.client_values = {k: v for k, v in overrides.items() if v is not None}
     return sources.settings()

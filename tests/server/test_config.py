@@ -86,7 +86,8 @@ def _project_with_backend(tmp_path: Path) -> ConfigSources:
 def test_a_backend_in_an_untrusted_project_file_is_ignored_and_said(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     sources = _project_with_backend(tmp_path)
-    assert sources.settings().backend == Backend() and sources.settings().model == "./m"  # the rest stays
+    settings = sources.settings()  # the rest stays, its relative model path the workspace's
+    assert settings.backend == Backend() and settings.model == str(sources.root / "./m")
     notice = sources.trust_notices()[0]
     assert "ignored `backend`" in notice and "trust" in notice and "Nothing is sent" in notice
 
@@ -129,3 +130,29 @@ def test_editor_settings_may_name_a_backend_and_bad_backends_say_why():
         _, errors = validate({"backend": bad}, "editor settings")
         assert len(errors) == 1 and words in errors[0].reason, (bad, errors)
         assert "sk-1" not in errors[0].reason
+
+
+def test_relative_model_paths_in_the_project_file_are_the_workspaces(tmp_path: Path, monkeypatch):
+    import pytest
+    from memosight.engine.protocol import EngineError
+    from memosight.server.config import ConfigSources
+
+    root = tmp_path / "project"
+    (root / "models" / "mine").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the editor started the server somewhere else
+    sources = ConfigSources(root=root)
+    for value, expected in [("models/mine", str(root / "models/mine")), ("./x.gguf", str(root / "./x.gguf")),
+                            ("models/missing.gguf", str(root / "models/missing.gguf")),
+                            ("smollm2-135m", "smollm2-135m"), ("org/name", "org/name"),
+                            (str(root / "models/mine"), str(root / "models/mine"))]:
+        sources.file_values = {"model": value}
+        assert sources.settings().model == expected, value
+    sources.file_values, sources.client_values = {}, {"model": "models/mine"}  # the editor's: as it says
+    assert sources.settings().model == "models/mine"
+    from memosight.engine import load_engine
+
+    with pytest.raises(EngineError) as info:  # the message names the path it tried
+        load_engine(str(root / "models/missing.gguf"))
+    assert str(root / "models" / "missing.gguf") in str(info.value)
