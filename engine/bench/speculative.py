@@ -182,6 +182,17 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
             "sources": s["sources"] if s else None, "head_accuracy": s.get("head_accuracy") if s else None,
         })
     engine.speculator = speculators.get("spec_all", engine.speculator)
+    plain = results.get("plain")
+    step_floor = None
+    if plain and plain["tokens"] and engine.device.type == "cpu" and engine.model is not None:
+        from .floor import floor
+
+        from ..lean import decoder_for
+
+        lean = decoder_for(engine.model)
+        kv_size = 8 if lean is not None and lean.attention_dtype == torch.float64 else 4
+        step_floor = floor(engine.model, sum(len(ids) for ids, _ in cases) // len(cases),
+                           plain["seconds"] / plain["tokens"] * 1000, kv_size)
     longest = max(files[:50], key=lambda f: f.stat().st_size)
     reuse = _keystroke_reuse(engine, longest, 1500)
     peak_mb = (torch.cuda.max_memory_allocated() / 2**20 if engine.device.type == "cuda"
@@ -191,7 +202,7 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
     return {"model": engine.name, "device": str(engine.device), "dtype": engine.status()["dtype"],
             "threads": threads, "prompts": len(cases), "gguf": str(gguf) if llama else None,
             "prompt_tokens": [min(len(ids) for ids, _ in cases), max(len(ids) for ids, _ in cases)],
-            "new_tokens": [min_new, max_new], "methods": rows, "keystroke_reuse": reuse,
+            "new_tokens": [min_new, max_new], "methods": rows, "keystroke_reuse": reuse, "floor": step_floor,
             "peak_memory_mb": round(peak_mb, 1)}
 
 
@@ -230,6 +241,10 @@ def render(summary: dict) -> str:
             lines.append(f"  {row['method']}: accepted/drafted nodes: {acc}" + (f"; head top-1: {heads}" if heads else ""))
     lines.append(f"keystroke on a {reuse['prompt_tokens']}-token prompt: prefilled {reuse['prefilled_tokens']} tokens "
                  f"({reuse['reused_tokens']} reused)")
+    if (f := summary.get("floor")):
+        lines.append(f"plain step {f['plain_ms_per_token']} ms a token against a memory floor of {f['floor_ms']} ms "
+                     f"({f['weight_mb']} MB of weights + {f['kv_mb']} MB of KV at {f['cached_tokens']} tokens, read at "
+                     f"{f['read_gb_per_s']} GB/s measured): {f['times_floor']}x the floor")
     lines.append(f"peak memory: {summary['peak_memory_mb']} MB")
     return "\n".join(lines)
 

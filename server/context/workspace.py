@@ -32,6 +32,12 @@ MAX_DEFINERS = 8  # a name defined in more files than this (run, __init__, new) 
 # that define them: about the 60 lines a reader would look at.
 NEAR_CHARS = 3000
 IDENTIFIER_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
+# What a document defines is read from an analysis at most this many edits old (a long file's parse
+# and analysis cost 10-30 ms, and its definitions hardly change while the user types); the names
+# bound near the cursor since then are read off the text (BOUND_NEAR).
+STALE_DEFINITIONS = 64
+BOUND_NEAR = re.compile(r"\b(?:def|class|for|as|import|function|let|const|var|fn)\s+([A-Za-z_]\w*)"
+                        r"|\b([A-Za-z_]\w*)\s*(?::[^=\n]*)?=(?!=)")
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", "env", ".env",
                        "build", "dist", "target", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache",
                        "site-packages", ".idea", ".vscode", "vendor", "third_party", ".next", "coverage"})
@@ -95,6 +101,7 @@ class WorkspaceIndex:
         # uri -> (names already resolved for it, what the choice depended on): while the user types
         # names seen before, the choice stands without analysing the document again
         self._resolved = LRU(64)
+        self._defined = LRU(64)  # uri -> (version, the names its last analysis found defined or bound)
         self._generation = 0  # counts changes of the index: a choice made before one is made again
         self._lock = threading.Lock()
         self.ready = threading.Event()
@@ -228,10 +235,8 @@ class WorkspaceIndex:
             # is paid on this keystroke)
             return self.documents_at(self._picks.get(doc.uri, []))
         seen = set(names)
-        text, tree = doc.snapshot()
-        if tree is not None:  # what this file defines or assigns needs no other file (imports do)
-            here = analyze(text, tree, doc.language)  # cached: the compressor asks for the same
-            names -= here.symbols.keys() | set(here.binds)
+        # what this file defines or assigns needs no other file (imports do)
+        names -= self.defined_in(doc) | {a or b for a, b in BOUND_NEAR.findall(before)}
         picked = self.definers(names, family, exclude=exclude)
         # the last choice, less files since opened in the editor (their open text is used) or gone
         previous = [p for p in self._picks.get(doc.uri, []) if p not in exclude and p in self._files]
@@ -241,6 +246,19 @@ class WorkspaceIndex:
         self._resolved.put(doc.uri, (seen | (resolved[0] if resolved is not None and resolved[1] == depends
                                              else set()), depends))
         return self.documents_at(picked)
+
+    def defined_in(self, doc) -> set[str]:
+        """The names `doc` defines or binds, from an analysis at most STALE_DEFINITIONS edits old."""
+        cached = self._defined.get(doc.uri)
+        if cached is not None and 0 <= doc.version - cached[0] <= STALE_DEFINITIONS:
+            return cached[1]
+        text, tree = doc.snapshot()
+        if tree is None:
+            return set()
+        here = analyze(text, tree, doc.language)  # cached: the compressor asks for the same
+        defined = set(here.symbols.keys()) | set(here.binds)
+        self._defined.put(doc.uri, (doc.version, defined))
+        return defined
 
     def documents_at(self, paths: list[str]) -> list:
         """Indexed files as Documents (read and parsed once per modification time)."""
