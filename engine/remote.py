@@ -108,6 +108,7 @@ class RemoteEngine(Engine):
         self.failures = 0
         self.retry_at = 0.0
         self.requests = self.cancelled = self.fallback_requests = 0
+        self.fallback_reason: str | None = None  # why the last request went to the local model
         self.latencies_ms: deque[float] = deque(maxlen=200)
         self.prefix_shares: deque[float] = deque(maxlen=200)
         self.cached_shares: deque[float] = deque(maxlen=200)
@@ -153,6 +154,7 @@ class RemoteEngine(Engine):
                 "latency_ms": {"p50": round(lat[len(lat) // 2], 1) if lat else None,
                                "p95": round(lat[int(len(lat) * 0.95)], 1) if lat else None},
                 "cancelled": self.cancelled, "fallback_requests": self.fallback_requests,
+                "fallback_reason": self.fallback_reason,
                 "shared_prefix_share": mean(self.prefix_shares),  # of consecutive prompts, in characters
                 "server_cached_share": mean(self.cached_shares),  # where the server reports its cache
                 "fallback": fallback,
@@ -165,7 +167,7 @@ class RemoteEngine(Engine):
         if self.state == "unreachable" and time.monotonic() < self.retry_at:  # backing off: no new try yet
             if self._fallback_factory is None:
                 raise RemoteError("unreachable", self.last_error or f"cannot reach {self.settings.url}")
-            return (yield from self._from_fallback(request))
+            return (yield from self._from_fallback(request, f"backing off after: {self.last_error}"))
         started = time.perf_counter()
         report: dict = {}
         try:
@@ -173,7 +175,7 @@ class RemoteEngine(Engine):
         except RemoteError as exc:
             self._failed(exc)
             if exc.kind in UNREACHABLE and self._fallback_factory is not None:
-                return (yield from self._from_fallback(request))
+                return (yield from self._from_fallback(request, str(exc)))
             raise
         watcher = threading.Thread(target=self._close_on_cancel, args=(request, events), daemon=True,
                                    name="memosight-remote-cancel")
@@ -197,7 +199,13 @@ class RemoteEngine(Engine):
                 state.stop_reason = "cancelled"
             else:
                 self._failed(exc)
-                raise
+                if not (first_token_ms == 0.0 and exc.kind in UNREACHABLE and self._fallback_factory is not None):
+                    raise
+                # Nothing shown yet and the server too slow or gone (a one-slot server busy with a
+                # cold prompt answers after the first-token timeout): the local model answers this
+                # request too, rather than none at all.
+                events.close()
+                return (yield from self._from_fallback(request, str(exc)))
         finally:
             events.close()
         if request.cancel.is_set() or state.stop_reason == "cancelled":
@@ -232,12 +240,14 @@ class RemoteEngine(Engine):
                 events.close()
                 return
 
-    def _from_fallback(self, request: CompletionRequest) -> Generator[str, None, Completion]:
+    def _from_fallback(self, request: CompletionRequest, reason: str) -> Generator[str, None, Completion]:
         with self._lock:
             if self._fallback is None:
-                log.info("the backend at %s is unreachable; loading the local fallback", self.settings.url)
+                log.info("the backend at %s does not answer (%s); loading the local fallback", self.settings.url,
+                         reason)
                 self._fallback = self._fallback_factory()
         self.fallback_requests += 1
+        self.fallback_reason = reason
         stream = self._fallback.stream(request)
         yield from stream
         return stream.completion

@@ -55,9 +55,14 @@ class EventStream(Iterator[dict]):
     plain JSON answer (a server that does not stream) is one event."""
 
     def __init__(self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse,
-                 deadline: float, url: str):
+                 deadline: float, url: str, read_timeout_s: float | None = None):
         self._connection, self._response = connection, response
         self._deadline, self._url = deadline, url
+        # The socket keeps the first-token timeout until the first event: a streaming server sends
+        # its headers at once and its first token only after the prompt (seconds, for a cold one on
+        # a CPU). After it, each read may take up to the whole request's bound.
+        self._read_timeout_s = read_timeout_s
+        self._first = True
         self._lines = self._read_lines()
         self.closed = False
         self.done = False  # the server said the stream is over ([DONE]), not just closed it
@@ -92,7 +97,13 @@ class EventStream(Iterator[dict]):
 
     def __next__(self) -> dict:
         try:
-            return next(self._lines)
+            event = next(self._lines)
+            if self._first:
+                self._first = False
+                sock = self._connection.sock
+                if sock is not None and self._read_timeout_s is not None:
+                    sock.settimeout(self._read_timeout_s)
+            return event
         except StopIteration:
             raise
         except Exception as exc:
@@ -105,6 +116,9 @@ class EventStream(Iterator[dict]):
         if isinstance(exc, RemoteError):
             return exc
         if isinstance(exc, (TimeoutError, socket.timeout)):
+            if self._first:
+                return RemoteError("timeout", f"the server at {self._url} sent no token within the first-token "
+                                              "timeout (backend.first_token_timeout_ms)")
             return RemoteError("timeout", f"the server at {self._url} stopped sending (timeout)")
         if isinstance(exc, (ConnectionError, http.client.HTTPException, OSError)):
             return RemoteError("unreachable", f"the connection to {self._url} broke ({exc})")
@@ -180,6 +194,4 @@ def post_stream(url: str, body: dict, headers: dict[str, str], *, timeout_s: flo
             raise RemoteError("bad_request", f"the server at {url} refused the request (HTTP {response.status}): "
                                              f"{reason}")
         raise RemoteError("server", f"the server at {url} failed (HTTP {response.status}): {reason}")
-    if connection.sock is not None:
-        connection.sock.settimeout(max(0.1, timeout_s))  # after the first byte: the whole request's bound
-    return EventStream(connection, response, time.monotonic() + timeout_s, url)
+    return EventStream(connection, response, time.monotonic() + timeout_s, url, read_timeout_s=max(0.1, timeout_s))

@@ -394,3 +394,44 @@ def test_a_proxy_from_the_environment_is_used_unless_no_proxy_exempts_the_host(s
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     engine_for(server.url()).stream(CompletionRequest("a", "")).result()
     assert server.requests[-1]["path"] == "/v1/completions"  # straight to the server
+
+
+def test_a_server_slower_than_its_first_token_timeout_leaves_the_request_to_the_fallback(server):
+    # a one-slot server busy with a cold prompt: the connection opens, the first token is late
+    from memosight.engine.protocol import Completion, Stream
+
+    class Local:
+        def stream(self, request):
+            def gen():
+                yield "local"
+                return Completion("local", 1, 1, 1.0, 1.0, "eos")
+            return Stream(gen())
+
+        def status(self):
+            return {"model": "local"}
+
+        def close(self):
+            pass
+
+    server.first_delay = 1.0
+    engine = RemoteEngine(RemoteSettings("openai", server.url(), first_token_timeout_ms=200), fallback=Local)
+    assert engine.stream(CompletionRequest("a", "")).result().text == "local"  # answered, not dropped
+    status = engine.status()["backend"]
+    assert status["fallback_requests"] == 1 and "first-token timeout" in status["fallback_reason"]
+    server.first_delay = 0.0
+    engine.retry_at = 0.0  # the backoff is over: the server is asked again, and answers
+    assert engine.stream(CompletionRequest("a", "")).result().text != "local"
+
+
+def test_a_real_server_slower_than_the_first_token_timeout_leaves_a_cold_prompt_to_the_local_model(llama_server):
+    from memosight.engine import load_engine
+
+    url, _ = llama_server
+    local = load_engine()  # the embedded model, as backend.fallback = "local" loads it
+    engine = RemoteEngine(RemoteSettings("openai", url, timeout_ms=20000, first_token_timeout_ms=5),
+                          fallback=lambda: local)
+    prefix = "import os\n\n\ndef read_config(path):\n" + "    # a long comment\n" * 200  # a cold prompt
+    completion = engine.stream(CompletionRequest(prefix, "", max_new_tokens=8)).result()
+    assert completion.stop_reason in ("max_tokens", "eos", "newline")  # answered (by the local model: below)
+    status = engine.status()["backend"]
+    assert status["fallback_requests"] == 1 and status["fallback_reason"]
