@@ -3,7 +3,7 @@
 import json
 
 from memosight.server.cli import main
-from memosight.server.commands.bench_context import _origin_lines
+from memosight.server.commands.context_measures import _origin_lines
 
 
 def test_bench_context_runs_without_a_model(tmp_path, capsys):

@@ -1,0 +1,115 @@
+"""What a completion request is made of: the suggestion and answer it gets, its view of the
+document (Ticket), the model run it may share with later requests (Generation, Job), the last
+suggestion shown (Shown, for typing-through), and the running counters. Plain data, no engine."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from .documents import Document
+
+
+@dataclass
+class Suggestion:
+    text: str
+    offset: int  # where it is inserted, as a string offset in the text the request saw
+    latency_ms: float
+    prompt_tokens: int
+    stop_reason: str
+
+
+@dataclass
+class Answer:
+    """What a completion request gets back."""
+
+    suggestion: Suggestion | None  # None: no suggestion (superseded, cancelled, empty, an error)
+    seen: Document  # the document as the request saw it: the answer's positions refer to this text
+    messages: list[str] = field(default_factory=list)  # for the user: a model that fell back, an error
+
+
+@dataclass
+class Ticket:
+    """One request's view of its document, to tell when it has gone stale."""
+
+    doc: Document  # the live document: edits keep arriving while the request waits
+    seen: Document  # a copy as the request saw it
+    cursor: int  # in the seen text
+
+    @classmethod
+    def of(cls, doc: Document, cursor: int) -> Ticket:
+        return cls(doc, Document(doc.uri, doc.text, doc.language, doc.version), cursor)
+
+    def stale(self) -> bool:
+        """An edit arrived since the request was made: the editor sends a newer request. (The text is
+        compared too: an edit lands a moment before its version number.)"""
+        return self.doc.version != self.seen.version or self.doc.text is not self.seen.text
+
+
+@dataclass
+class Generation:
+    """One model run for a cursor; a later request typed into its output may wait for it and share it."""
+
+    before: str  # document text before the cursor it was started for
+    after: str  # and after it
+    cancel: threading.Event = field(default_factory=threading.Event)
+    partial: str = ""  # text generated so far (post-processing not yet applied)
+    future: Future | None = None
+
+
+@dataclass
+class Job:
+    """One request. Several jobs may share a generation (typing-through while it runs)."""
+
+    uri: str
+    generation: Generation
+    superseded: bool = False
+
+
+@dataclass
+class Shown:
+    """The last suggestion answered for a document: what typing-through is served from."""
+
+    before: str
+    after: str
+    text: str
+
+
+def typed_into(before: str, after: str, doc_text: str, cursor: int) -> str | None:
+    """The characters typed since a suggestion was made at (before|after), or None when the
+    document changed in any other way (an edit elsewhere, a deletion, a cursor move)."""
+    if len(doc_text) - cursor != len(after) or cursor < len(before):
+        return None
+    if not doc_text.endswith(after) or not doc_text.startswith(before):
+        return None
+    return doc_text[len(before):cursor]
+
+
+@dataclass
+class Counters:
+    requests: int = 0
+    completed: int = 0
+    empty: int = 0
+    cancelled: int = 0
+    superseded: int = 0
+    typed_through: int = 0  # answered from the rest of the suggestion being typed, no model call
+    joined: int = 0  # waited for a running generation that the typed text still matched
+    accepted: int = 0
+    accepted_chars: int = 0
+    errors: int = 0
+    latencies_ms: deque = field(default_factory=lambda: deque(maxlen=500))
+
+    def to_json(self) -> dict:
+        lat = sorted(self.latencies_ms)
+        pick = (lambda q: round(lat[min(len(lat) - 1, int(len(lat) * q))], 2)) if lat else (lambda q: None)
+        return {
+            "requests": self.requests, "completed": self.completed, "empty": self.empty,
+            "cancelled": self.cancelled, "superseded": self.superseded, "typed_through": self.typed_through,
+            "joined": self.joined, "accepted": self.accepted,
+            "accepted_chars": self.accepted_chars, "errors": self.errors,
+            "latency_ms": {"last": round(self.latencies_ms[-1], 2) if lat else None,
+                           "p50": pick(0.5), "p95": pick(0.95)},
+            "acceptance_rate": round(self.accepted / self.completed, 4) if self.completed else None,
+        }
