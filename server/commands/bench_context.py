@@ -47,6 +47,12 @@ from .common import CommandError, add_json_argument, print_result
 from .context_measures import PROXY_TOKEN, _needles, _recall_and_match, _typing
 
 
+# Beside the packed context: plain left truncation at the same budget and at twice it; llama.vim's
+# window (256 lines before the cursor, 64 after, cut to the budget) at the same budget and at twice it;
+# and the window after chunks of the other open files (llama.vim's ring), within the same budget.
+BASELINES = ("truncated", "truncated_2x", "window", "window_2x", "window_chunks")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, help="folder of source files (held-out code)")
     parser.add_argument("--budget", type=_budgets, default=[512],
@@ -61,6 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-model", action="store_true", help="skip the model: proxy token counts, no exact match")
     parser.add_argument("--no-generate", action="store_true",
                         help="the true line's loss only, no greedy line (quick; for ablations)")
+    parser.add_argument("--contexts", type=lambda v: [k for k in v.split(",") if k], default=list(BASELINES),
+                        help="the baselines the next-line test runs beside the packed context (default all): "
+                             + ", ".join(BASELINES))
     parser.add_argument("--ablate", type=lambda v: [k for k in v.split(",") if k], default=[],
                         help=f"also pack with each of these region kinds switched off: {','.join(REGION_KINDS)} "
                              "(or all)")
@@ -119,6 +128,10 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise CommandError(f"--ablate: unknown region kind(s) {', '.join(sorted(unknown))}; "
                            f"choose from {', '.join(REGION_KINDS)} or all")
+    unknown = set(args.contexts) - set(BASELINES)
+    if unknown:
+        raise CommandError(f"--contexts: unknown context(s) {', '.join(sorted(unknown))}; choose from "
+                           f"{', '.join(BASELINES)}")
     budgets, args.budget = args.budget, args.budget[0]  # needles and typing: at the first budget
     out = {"corpus": str(corpus), "files": len(files), "suffix_share": args.suffix_share,
            "tokens": "model" if engine else "proxy (--no-model)"}
@@ -165,7 +178,8 @@ def _table(out: dict) -> str:
     for budget, result in (out.get("budgets") or {str(out["budget"]): out}).items():
         if "next_line" not in result:
             continue
-        lines.append(f"\nnext line at budget {budget} (truncated_2x: plain truncation at {2 * int(budget)} tokens)")
+        lines.append(f"\nnext line at budget {budget} (_2x: at {2 * int(budget)} tokens; window: llama.vim's 256 lines "
+                     "before and 64 after; window_chunks: with chunks of the other open files)")
         lines.append(f"{'cursors':<18} {'context':<32} {'exact':>7} {'prefix chars':>13} {'loss':>7} "
                      f"{'first ms p50':>12} {'prompt':>7}")
         for group, by_name in result["next_line"].items():

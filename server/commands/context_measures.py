@@ -14,6 +14,7 @@ from memosight.engine.protocol import CompletionRequest, RequestOptions, StopRul
 from ..context.packing import CONTIGUOUS_NEAR, NEAR_PREFIX_SHARE, ContextCompressor
 from ..context.regions import WEIGHTS, analyze, identifiers, without
 from ..context.truncation import truncate_around_cursor
+from ..context.window import chunk_of, window, window_with_chunks
 from ..context.workspace import WorkspaceIndex
 from ..documents import Document, Position
 from .common import CommandError
@@ -230,7 +231,17 @@ def _recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> di
             groups = ["all", _category(true_line, far_only, other_names, own), _length_group(len(lines))]
             packed["truncated_2x"] = truncate_around_cursor(text, cursor, 2 * budget, args.suffix_share,
                                                             count_tokens)
+            fim = args.suffix_share > 0
+            packed["window"] = window(text, cursor, budget, count_tokens, fim, doc.path)
+            packed["window_2x"] = window(text, cursor, 2 * budget, count_tokens, fim, doc.path)
+            # llama.vim's ring: chunks of code the user saw in the other open files, where they were
+            chunks = [(o.path, chunk_of(o.text, rng.randrange(max(1, o.text.count("\n"))))) for o in others]
+            packed["window_chunks"] = window_with_chunks(text, cursor, budget, count_tokens, fim, chunks,
+                                                         "#" if doc.language == "python" else "//", doc.path)
+            wanted = set(args.contexts) | {name for name in compressors}
             for name, context in packed.items():
+                if name not in wanted:
+                    continue
                 result = _next_line(engine, context, true_line, not args.no_generate)
                 for group in groups:
                     tallies.setdefault(group, {}).setdefault(name, Tally()).add(result)
