@@ -285,21 +285,42 @@ _PARSED_TREES = LRU(16)
 
 
 class DocumentStore:
-    """The documents the editor has open, by URI."""
+    """The documents the editor has open, by URI, and those it closed lately: what the user has seen
+    and edited is the other-file context an editor offers (llama.vim's ring of recent chunks)."""
+
+    RECENTLY_CLOSED = 8
 
     def __init__(self) -> None:
-        self._docs: dict[str, Document] = {}
+        self._docs: dict[str, Document] = {}  # most recently opened or edited last
+        self._closed: dict[str, Document] = {}  # most recently closed last
 
     def open(self, uri: str, text: str, language: str, version: int) -> Document:
         doc = Document(uri, text, language, version)
+        self._closed.pop(uri, None)
+        self._docs.pop(uri, None)
         self._docs[uri] = doc
         return doc
 
     def get(self, uri: str) -> Document | None:
         return self._docs.get(uri)
 
+    def touch(self, uri: str) -> None:
+        """The user edited `uri`: it becomes the most recent."""
+        doc = self._docs.pop(uri, None)
+        if doc is not None:
+            self._docs[uri] = doc
+
     def close(self, uri: str) -> None:
-        self._docs.pop(uri, None)
+        doc = self._docs.pop(uri, None)
+        if doc is not None and not doc.large:
+            self._closed.pop(uri, None)
+            self._closed[uri] = doc
+            while len(self._closed) > self.RECENTLY_CLOSED:
+                self._closed.pop(next(iter(self._closed)))
 
     def all(self) -> list[Document]:
         return list(self._docs.values())
+
+    def recent(self) -> list[Document]:
+        """The open documents, most recently edited or opened first, then those closed lately."""
+        return list(reversed(self._docs.values())) + list(reversed(self._closed.values()))

@@ -41,7 +41,8 @@ class MemoSightServer(LanguageServer):
         self.documents = DocumentStore()
         self.config = ConfigSources()
         self.workspace_index: WorkspaceIndex | None = None  # set up at initialize, once the root is known
-        self.suggester = Suggester(load_engine, open_documents=self.documents.all, workspace=lambda: self.workspace_index)
+        self.suggester = Suggester(load_engine, open_documents=self.documents.recent,
+                                   workspace=lambda: self.workspace_index)
         self._reported: set[str] = set()  # messages already shown, so a bad file is reported once
         self._popup_times: list[float] = []
         self.log_level = logging.getLogger("memosight").level  # the command line's; a setting overrides it
@@ -201,6 +202,7 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
             else:
                 doc.apply_change(change.text)
         doc.version = params.text_document.version
+        ls.documents.touch(doc.uri)
         if edit is not None:  # the cursor is most likely where the last edit ended
             ls.suggester.warm(doc, edit.new_end, ls.settings)
 

@@ -193,3 +193,22 @@ def test_a_large_document_is_read_through_a_window_that_typing_does_not_move():
     small = Document("file:///s.py", "x = 1\n")
     assert small.around(3) == (small, 3)
 
+
+
+def test_the_other_files_are_the_open_ones_most_recently_edited_first_then_those_closed_lately():
+    from memosight.server.documents import DocumentStore
+
+    store = DocumentStore()
+    for name in ("a", "b", "c"):
+        store.open(f"file:///{name}.py", name, "python", 1)
+    store.touch("file:///a.py")  # edited last
+    assert [d.uri[-4:] for d in store.recent()] == ["a.py", "c.py", "b.py"]
+    store.close("file:///c.py")
+    assert [d.uri[-4:] for d in store.recent()] == ["a.py", "b.py", "c.py"] and len(store.all()) == 2
+    for i in range(DocumentStore.RECENTLY_CLOSED + 2):
+        store.open(f"file:///x{i}.py", "x", "python", 1)
+        store.close(f"file:///x{i}.py")
+    assert len(store.recent()) == 2 + DocumentStore.RECENTLY_CLOSED and "file:///c.py" not in {
+        d.uri for d in store.recent()}  # the oldest closed ones drop out
+    store.open("file:///x9.py", "again", "python", 2)  # reopened: open, not closed
+    assert store.get("file:///x9.py").text == "again" and sum(d.uri == "file:///x9.py" for d in store.recent()) == 1
