@@ -277,27 +277,30 @@ def test_tls_with_a_ca_bundle(tmp_path):
         server.stop()
 
 
+class Local:
+    """A local engine that always answers "local"."""
+
+    def __init__(self):
+        self.asked = 0
+
+    def stream(self, request):
+        from memosight.engine.protocol import Completion, Stream
+
+        self.asked += 1
+
+        def gen():
+            yield "local"
+            return Completion("local", 1, 1, 1.0, 1.0, "eos")
+        return Stream(gen())
+
+    def status(self):
+        return {"model": "local"}
+
+    def close(self):
+        pass
+
+
 def test_while_the_server_is_down_the_fallback_answers_and_the_server_is_retried(server):
-    class Local:
-        def __init__(self):
-            self.asked = 0
-
-        def stream(self, request):
-            from memosight.engine.protocol import Completion, Stream
-
-            self.asked += 1
-
-            def gen():
-                yield "local"
-                return Completion("local", 1, 1, 1.0, 1.0, "eos")
-            return Stream(gen())
-
-        def status(self):
-            return {"model": "local"}
-
-        def close(self):
-            pass
-
     local = Local()
     url = server.url()
     server.stop()
@@ -398,21 +401,6 @@ def test_a_proxy_from_the_environment_is_used_unless_no_proxy_exempts_the_host(s
 
 def test_a_server_slower_than_its_first_token_timeout_leaves_the_request_to_the_fallback(server):
     # a one-slot server busy with a cold prompt: the connection opens, the first token is late
-    from memosight.engine.protocol import Completion, Stream
-
-    class Local:
-        def stream(self, request):
-            def gen():
-                yield "local"
-                return Completion("local", 1, 1, 1.0, 1.0, "eos")
-            return Stream(gen())
-
-        def status(self):
-            return {"model": "local"}
-
-        def close(self):
-            pass
-
     server.first_delay = 1.0
     engine = RemoteEngine(RemoteSettings("openai", server.url(), first_token_timeout_ms=200), fallback=Local)
     assert engine.stream(CompletionRequest("a", "")).result().text == "local"  # answered, not dropped
