@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.inject_faults:
         from memosight.engine.faults import FaultyEngine
 
-        from .suggest import load_engine_from_settings
+        from .engine_choice import load_engine_from_settings
 
         def load_engine(settings):
             return FaultyEngine(load_engine_from_settings(settings), args.inject_faults)

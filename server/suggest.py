@@ -28,6 +28,7 @@ from .context.packed import PackedContext
 from .context.packing import ContextCompressor
 from .context.truncation import truncate_around_cursor
 from .context.workspace import WorkspaceIndex
+from .engine_choice import load_engine_from_settings
 from .documents import Document
 from .mode import completion_mode, max_new_tokens, post_process
 from .requests import Answer, Counters, Generation, Job, Shown, Suggestion, Ticket, typed_into
@@ -440,19 +441,3 @@ class Suggester:
         self._engine_future = None  # nothing is asked of it any more
         if engine is not None:  # once the cancelled generation lets go of it
             threading.Thread(target=engine.close, name="memosight-engine-close", daemon=True).start()
-
-
-def load_engine_from_settings(settings: Settings, workspace: str = "") -> Engine:
-    """The engine the settings name: in-process, or a serving engine with the in-process one as its
-    fallback (the engine package chooses; the server only describes)."""
-    from memosight.engine import load_engine
-
-    b = settings.backend
-    backend = None
-    if b.remote:
-        backend = {"kind": b.kind, "url": b.url, "model": b.model, "tokenizer": b.tokenizer,
-                   "api_key_env": b.api_key_env, "timeout_ms": b.timeout_ms,
-                   "first_token_timeout_ms": b.first_token_timeout_ms, "ca_bundle": b.ca_bundle,
-                   "workspace": workspace, "fallback": b.fallback}
-    return load_engine(settings.model, device=settings.device, dtype=settings.dtype,
-                       draft_model=settings.draft_model, backend=backend)

@@ -21,19 +21,20 @@ def window(text: str, cursor: int, budget: int, count_tokens: Callable[[str], in
            path: str = "") -> PackedContext:
     """Up to LINES_BEFORE lines before the cursor and LINES_AFTER after it, cut to `budget` tokens
     from the far ends, keeping their 4:1 ratio (a model without FIM tokens gets the lines before)."""
-    start = 0
-    for _ in range(LINES_BEFORE):
-        start = text.rfind("\n", 0, max(0, start - 1 if start else cursor))
+    start = cursor
+    for _ in range(LINES_BEFORE):  # the cursor's own line and the lines above it
+        start = text.rfind("\n", 0, start)
         if start < 0:
-            start = 0
             break
-        start += 1
+    start += 1  # past the newline found (-1: the file's start)
     end = cursor
-    for _ in range(LINES_AFTER + 1):
-        end = text.find("\n", end + 1 if end > cursor else end)
-        if end < 0:
+    for _ in range(LINES_AFTER):  # the rest of the cursor's line and the lines below it
+        end = text.find("\n", end) + 1
+        if end == 0:
             end = len(text)
             break
+    else:
+        end = len(text) if (last := text.find("\n", end)) < 0 else last
     share = LINES_AFTER / (LINES_BEFORE + LINES_AFTER) if fim else 0.0
     context = truncate_around_cursor(text[start:end], cursor - start, budget, share, count_tokens, path)
     first_line = text.count("\n", 0, start)
