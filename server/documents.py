@@ -108,6 +108,17 @@ def _updated_line_starts(starts: list[int] | None, new: str, a: int, b: int, ins
     return starts[:first + 1] + middle + [s + delta for s in starts[last:]]
 
 
+RECENT_AREAS = 4  # edited areas remembered per document
+RECENT_AREA_LINES = 32  # edits closer than this to a remembered one are the same area
+
+
+def _recent_rows(rows: tuple[int, ...], row: int, added_lines: int) -> tuple[int, ...]:
+    """`rows` after an edit at `row` that added `added_lines` lines (negative: removed): the rows
+    below it move, and `row` becomes the most recent area, replacing one it falls in."""
+    moved = [r + added_lines if r > row else r for r in rows]
+    return (row, *[r for r in moved if abs(r - row) >= RECENT_AREA_LINES])[:RECENT_AREAS]
+
+
 @dataclass
 class Document:
     uri: str
@@ -121,6 +132,9 @@ class Document:
     _tree_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     # a frozen copy's live document: a tree the copy parses is handed back to it while the text is the same
     _origin: Document | None = field(default=None, repr=False, compare=False)
+    # where the user last edited (or looked, or yanked: DocumentStore.visit), most recent first, one
+    # row per area (RECENT_AREA_LINES apart): code they worked on, which the packer offers as context
+    recent_rows: tuple[int, ...] = field(default=(), compare=False)
 
     @property
     def path(self) -> str:
@@ -187,6 +201,8 @@ class Document:
                                 start_byte + len(_encode(text)), _point(old, a), _point(old, b),
                                 _point(new, a + len(text)))
             self.text = new
+            if start is not None:
+                self.recent_rows = _recent_rows(self.recent_rows, start.line, text.count("\n") - (end.line - start.line))
             self._line_starts = None if start is None else _updated_line_starts(self._line_starts, new, a, b,
                                                                                 len(text))
             if self._tree is not None:
@@ -220,7 +236,7 @@ class Document:
             # the tree was edited to match the text, and is parsed from there on demand
             tree = None if self.large or self._tree is None else self._tree.copy()  # a large one: by window
             return Document(self.uri, self.text, self.language, self.version, self._line_starts, tree,
-                            self._tree_stale, _origin=self)
+                            self._tree_stale, _origin=self, recent_rows=self.recent_rows)
 
     def _parse(self) -> tuple[str, object | None]:
         """(text, tree) with the tree brought up to date; the caller holds the lock."""
@@ -309,6 +325,15 @@ class DocumentStore:
         doc = self._docs.pop(uri, None)
         if doc is not None:
             self._docs[uri] = doc
+
+    def visit(self, uri: str, line: int) -> bool:
+        """The user looked at or yanked the code at `line` of `uri` (the editor client says so): it
+        counts as recent code, as an edit there would. False if `uri` is not open."""
+        doc = self._docs.get(uri)
+        if doc is None:
+            return False
+        doc.recent_rows = _recent_rows(doc.recent_rows, max(0, min(line, doc.line_count - 1)), 0)
+        return True
 
     def close(self, uri: str) -> None:
         doc = self._docs.pop(uri, None)

@@ -28,6 +28,10 @@ from .suggest import Suggester, Suggestion
 log = logging.getLogger(__name__)
 
 STATUS_METHOD = "memosight/status"
+# A client notification: the user looked at or yanked code ({"textDocument": {"uri"}, "line"}), which
+# becomes recent code for the context of other files (llama.vim's ring gathers the same on yank and
+# on leaving a buffer).
+VISITED_METHOD = "memosight/visited"
 PARTIAL_METHOD = "memosight/partialCompletion"
 ACCEPTED_COMMAND = "memosight.accepted"
 CONFIG_SECTION = "memosight"
@@ -38,6 +42,7 @@ class MemoSightServer(LanguageServer):
     def __init__(self, load_engine: Callable[[Settings], Engine] | None = None):
         super().__init__("memosight", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
                          protocol_cls=MemoSightProtocol)
+        self.protocol.custom_notifications = frozenset({VISITED_METHOD})
         self.documents = DocumentStore()
         self.config = ConfigSources()
         self.workspace_index: WorkspaceIndex | None = None  # set up at initialize, once the root is known
@@ -142,6 +147,11 @@ def _root_path(params: types.InitializeParams) -> Path | None:
     return Path(params.root_path) if params.root_path else None
 
 
+def _field(params, name: str):
+    """A field of a custom method's params: pygls hands them over as an object, or a dict."""
+    return params.get(name) if isinstance(params, dict) else getattr(params, name, None)
+
+
 def _to_position(p: types.Position) -> Position:
     return Position(p.line, p.character)
 
@@ -216,6 +226,15 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
     def did_save(ls: MemoSightServer, params: types.DidSaveTextDocumentParams) -> None:
         ls.reindex(params.text_document.uri)
 
+    @ls.feature(VISITED_METHOD)
+    def visited(ls: MemoSightServer, params) -> None:
+        uri, line = _field(_field(params, "textDocument"), "uri"), _field(params, "line")
+        if not isinstance(uri, str) or not isinstance(line, int) or isinstance(line, bool) or line < 0:
+            log.warning("%s: expected {\"textDocument\": {\"uri\": ...}, \"line\": N >= 0}, got %r; ignored",
+                        VISITED_METHOD, params)
+        elif not ls.documents.visit(uri, line):
+            log.info("%s for %s, which is not open; ignored", VISITED_METHOD, uri)
+
     @ls.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(ls: MemoSightServer, params: types.InlineCompletionParams):
         suggestion, doc = await _suggest(ls, params.text_document.uri, params.position)
@@ -239,11 +258,13 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
     def status(ls: MemoSightServer, params) -> dict:
         out = ls.suggester.status(ls.settings)
         # {"recent": true}: the last requests' timelines too (bench replay --breakdown)
-        recent = params.get("recent") if isinstance(params, dict) else getattr(params, "recent", False)
+        recent = _field(params, "recent")
         if recent is True:
             out["breakdown"] = ls.suggester.stages.to_json(recent=True)
         out["version"] = __version__
         out["documents"] = len(ls.documents.all())
+        # where the user worked, looked or yanked lately, per open document (rows, most recent first)
+        out["recent_rows"] = {d.uri: list(d.recent_rows) for d in ls.documents.all() if d.recent_rows}
         out["settings"] = dataclasses.asdict(ls.settings)
         out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
         return out

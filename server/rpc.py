@@ -27,7 +27,7 @@ import attrs
 from cattrs import transform_error
 from lsprotocol import types
 from pygls.protocol import LanguageServerProtocol
-from pygls.protocol.json_rpc import JsonRPCRequestMessage, JsonRPCResponseMessage
+from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCRequestMessage, JsonRPCResponseMessage
 from pygls.protocol.language_server import lsp_method
 
 from .timeline import Timeline
@@ -194,6 +194,10 @@ def _is_request_type(message_type) -> bool:
 class MemoSightProtocol(LanguageServerProtocol):
     """pygls's LSP protocol with the request checks above and without pygls's document store."""
 
+    # Methods of this server's own that are notifications (lsprotocol knows none of them; any other
+    # unknown method is taken for a request, which needs an id)
+    custom_notifications: frozenset[str] = frozenset()
+
     def __init__(self, server, converter):
         super().__init__(server, converter)
         self.initialized = False  # a valid initialize request was handled
@@ -300,6 +304,8 @@ class MemoSightProtocol(LanguageServerProtocol):
             log.debug("ignored the notification %s, which this server does not handle", method)
             return
         message_type = self.get_message_type(method)
+        if message_type is None and method in self.custom_notifications:
+            message_type = JsonRPCNotification  # its handler gets the params as they came
         if message_type is None or _is_request_type(message_type):  # nobody waits for what it would return
             log.warning("ignored %s sent as a notification: it is a request, and needs an id", method)
             return

@@ -74,9 +74,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"also pack with each of these region kinds switched off: {','.join(REGION_KINDS)} "
                              "(or all)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
-                        help="also pack with other weights (regions.WEIGHTS) or near_prefix_share; repeatable")
+                        help="also pack with other weights (regions.WEIGHTS), near_prefix_share or suffix_share; "
+                             "repeatable")
     parser.add_argument("--model", help="model folder or Hugging Face id (default: the embedded model)")
     parser.add_argument("--device", help="auto, cpu, cuda")
+    parser.add_argument("--dtype", help="auto, float32, bfloat16, float16, int8 (as in .memosight.toml)")
     parser.add_argument("--seed", type=int, default=0)
     add_json_argument(parser)
 
@@ -105,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         from memosight.engine import load_engine  # torch: only when a model is wanted
 
         try:
-            engine = load_engine(args.model, device=args.device)
+            engine = load_engine(args.model, device=args.device, dtype=args.dtype)
         except Exception as exc:  # noqa: BLE001 - one clear line instead of a traceback
             raise CommandError(f"{exc} (use --no-model to run without one)") from exc
     count_tokens = engine.count_tokens if engine else (lambda text: len(proxy_tokens(text)))

@@ -131,9 +131,11 @@ def _length_group(lines: int) -> str:
         else f"lines{LONG_FILE_LINES}+"
 
 
-def _variants(args, engine) -> dict[str, ContextCompressor]:
-    """The packed contexts to compare: the default, and one per --ablate kind and --variant."""
+def _variants(args, engine) -> tuple[dict[str, ContextCompressor], dict[str, float]]:
+    """The packed contexts to compare: the default, and one per --ablate kind and --variant; and
+    the suffix share of those whose variant sets its own."""
     compressors = {"compressed": ContextCompressor()}
+    shares = {}
     asked = {}  # (text hash, row, window) -> what the lines above the row attend to
 
     def attention(window: int):
@@ -153,6 +155,8 @@ def _variants(args, engine) -> dict[str, ContextCompressor]:
             key, _, value = item.partition("=")
             if key == "near_prefix_share":
                 share = float(value)
+            elif key == "suffix_share":  # of the budget, after the cursor (--suffix-share for all)
+                shares[name] = float(value)
             elif key == "contiguous":  # the near prefix runs on above the cursor's function
                 contiguous = value not in ("0", "false", "")
             elif key == "attention":  # the model's own attention as a region score: attention=WINDOW_TOKENS
@@ -162,12 +166,13 @@ def _variants(args, engine) -> dict[str, ContextCompressor]:
             elif key in weights:
                 weights[key] = float(value)
             else:
-                raise CommandError(f"--variant {spec!r}: unknown key {key!r}; use near_prefix_share, contiguous, attention or "
+                raise CommandError(f"--variant {spec!r}: unknown key {key!r}; use near_prefix_share, suffix_share, contiguous, "
+                                   "attention or "
                                    f"a weight ({', '.join(WEIGHTS)})")
         compressors[name] = ContextCompressor(weights=weights, near_prefix_share=share,
                                               attention=attention(window) if window else None,
                                               contiguous_near=contiguous)
-    return compressors
+    return compressors, shares
 
 
 def _recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> dict:
@@ -180,7 +185,7 @@ def _recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> di
                 positions.append((doc, row))
     rng.shuffle(positions)
     positions = positions[:args.max_positions]
-    compressors = _variants(args, engine)
+    compressors, shares = _variants(args, engine)
     # The corpus stands for the workspace: its unopened files may give definitions, as in the server.
     workspace = WorkspaceIndex(Path(args.corpus))
     workspace.scan()
@@ -203,13 +208,18 @@ def _recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> di
         cursor = sum(len(line) + 1 for line in lines[:row])
         current = Document(doc.uri, text, doc.language)
         others = _open_files(doc, files, args.open_files)
+        # Where the user was in each open file (one row drawn per file): llama.vim's ring holds the
+        # chunk around it, the packer gets it as the file's last edit (recent_code).
+        seen_rows = [rng.randrange(max(1, o.text.count("\n"))) for o in others]
+        for other, seen in zip(others, seen_rows):
+            other.recent_rows = (seen,)
         other_names = set()
         for other in others:
             other_names |= analyze(*other.snapshot(), other.language).symbols.keys()
         targets = _far_identifiers(lines, row, true_line, doc.language, other_names)
         far_only = targets - identifiers("".join(lines[max(0, row - FAR_LINES):row]))
         from_workspace = workspace.documents_for(current, cursor, others)
-        packed = {name: compressor.build(current, cursor, budget, args.suffix_share, count_tokens,
+        packed = {name: compressor.build(current, cursor, budget, shares.get(name, args.suffix_share), count_tokens,
                                          others + from_workspace) for name, compressor in compressors.items()}
         packed["truncated"] = truncate_around_cursor(text, cursor, budget, args.suffix_share, count_tokens)
         origins = _origin_lines(lines, row, targets)
@@ -235,7 +245,7 @@ def _recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> di
             packed["window"] = window(text, cursor, budget, count_tokens, fim, doc.path)
             packed["window_2x"] = window(text, cursor, 2 * budget, count_tokens, fim, doc.path)
             # llama.vim's ring: chunks of code the user saw in the other open files, where they were
-            chunks = [(o.path, chunk_of(o.text, rng.randrange(max(1, o.text.count("\n"))))) for o in others]
+            chunks = [(o.path, chunk_of(o.text, seen)) for o, seen in zip(others, seen_rows)]
             packed["window_chunks"] = window_with_chunks(text, cursor, budget, count_tokens, fim, chunks,
                                                          "#" if doc.language == "python" else "//", doc.path)
             wanted = set(args.contexts) | {name for name in compressors}
@@ -245,6 +255,8 @@ def _recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> di
                 result = _next_line(engine, context, true_line, not args.no_generate)
                 for group in groups:
                     tallies.setdefault(group, {}).setdefault(name, Tally()).add(result)
+    for doc in files:  # the rows drawn above stand for one cursor's editor, not the next test's
+        doc.recent_rows = ()
     out = {"positions": len(positions), "far_identifiers": total, **_recall("", found, total),
            "far_only_identifiers": total_far, **_recall("far_only_", found_far, total_far),
            "origin_identifiers": total_origin, **_recall("origin_", found_origin, total_origin)}

@@ -54,7 +54,8 @@ def score_sources(doc, text: str, tree, cursor_row: int, used: set[str], other_d
     enclosing = analysis.enclosing(cursor_row)
     similar = bool(query) and (weights or WEIGHTS)["similar_code"] != 0  # skip the Jaccard pass when off
     scores = score_units(analysis, used, cursor_row, enclosing, weights,
-                         similarities(analysis, query) if similar else None, attended, shown)
+                         similarities(analysis, query) if similar else None, attended, shown,
+                         doc.recent_rows)
     other_sources = []
     for other in sorted(other_docs, key=lambda o: o.path):
         other_text, other_tree = other.snapshot()
@@ -63,7 +64,8 @@ def score_sources(doc, text: str, tree, cursor_row: int, used: set[str], other_d
         other_analysis = analyze(other_text, other_tree, other.language)
         known |= other_analysis.symbols.keys()
         other_scores = score_units(other_analysis, used, None, (), weights,
-                                   similarities(other_analysis, query) if similar else None, None, shown)
+                                   similarities(other_analysis, query) if similar else None, None, shown,
+                                   other.recent_rows)
         if any(other_scores):
             other_sources.append(Source(other.path, other_analysis, other_scores,
                                         (0, len(other_analysis.lines)),

@@ -173,7 +173,7 @@ class ContextCompressor:
         suffix = near_suffix + below.text
 
         # Above the near window, and other open files, in the prefix.
-        others_key = tuple(sorted((o.path, content_hash(o.text)) for o in other_docs))
+        others_key = tuple(sorted((o.path, content_hash(o.text), o.recent_rows) for o in other_docs))
         above_key = ("above", doc.uri, content_hash(text[:rows.offset(near_start)]), near_start, def_start,
                      others_key, budget)
         above_budget = budget - near_suffix_tokens - below.tokens - near_prefix_tokens

@@ -47,6 +47,9 @@ WEIGHTS = {
     "far_code": 0.1,              # floor for code anywhere in the file
     # code like the lines above the cursor (similar.py), here or in another open file (times similarity)
     "similar_code": 2.5,
+    # code where the user last edited, here (away from the cursor) or in another open file, as
+    # llama.vim keeps chunks of what was edited lately (times proximity to the edit)
+    "recent_code": 1.0,
     # the share of attention the lines above the cursor pay to a unit, when the model was asked
     # (engine/attention.py; times the share): off unless a packer is given attention
     "attended_code": 20.0,
@@ -58,6 +61,7 @@ BODY_CHUNK_LINES = 8  # bodies and top-level code are cut into chunks of about t
 DOC_HEAD_LINES = 4  # a long docstring or comment: its first lines (and closing line) are one unit, the rest another
 USE_WINDOW_LINES = 80  # identifiers this close to the cursor (within its function) count as used
 SHOWN_FACTOR = 0.5  # ... and those shown above its function (the near prefix runs on): this share
+RECENT_LINES = 32  # code this close to a lately edited row is recent code (llama.vim's chunks: 64 lines)
 
 # Groups of weights that `memosight bench context --ablate` switches off, one group at a time.
 REGION_KINDS = {
@@ -68,6 +72,7 @@ REGION_KINDS = {
     "imports": ("import_used", "import_unused"),
     "other_files": ("other_signature", "other_docstring", "other_variable", "other_body"),
     "nearby_code": ("nearby_code", "enclosing_body"),
+    "recent_code": ("recent_code",),
     "similar_code": ("similar_code",),
     "attended_code": ("attended_code",),
 }
@@ -363,12 +368,13 @@ def proximity(distance: int) -> float:
 def score_units(analysis: FileAnalysis, used: set[str], cursor_row: int | None,
                 enclosing: list[int] = (), weights: dict | None = None,
                 similar: list[float] | None = None, attended: tuple[int, list[float]] | None = None,
-                shown: set[str] = frozenset()) -> list[float]:
+                shown: set[str] = frozenset(), recent: tuple[int, ...] = ()) -> list[float]:
     """A score per unit. `cursor_row` is None for another open document (only the definitions of
     the symbols used near the cursor count there). `similar`: each unit's similarity to the code
     being written (similar.py); `attended`: (first row, attention share of each row from it) that
     the lines above the cursor pay to the rows before them (engine/attention.py); `shown`: names
-    in the lines shown above the cursor's function, whose definitions count SHOWN_FACTOR as much."""
+    in the lines shown above the cursor's function, whose definitions count SHOWN_FACTOR as much;
+    `recent`: rows the user edited lately (documents.py)."""
     w = WEIGHTS if weights is None else weights
     same_file = cursor_row is not None
     scores = [0.0] * len(analysis.units)
@@ -420,6 +426,11 @@ def score_units(analysis: FileAnalysis, used: set[str], cursor_row: int | None,
     for u, similarity in enumerate(similar or ()):
         if similarity:
             scores[u] = max(scores[u], w.get("similar_code", 0.0) * similarity)
+    if recent and w.get("recent_code"):
+        for u, unit in enumerate(analysis.units):
+            distance = min(max(0, r - (unit.rows[1] - 1), unit.rows[0] - r) for r in recent)
+            if distance < RECENT_LINES:
+                scores[u] = max(scores[u], w["recent_code"] * proximity(distance))
     if attended is not None and w.get("attended_code"):
         first, shares = attended
         for u, unit in enumerate(analysis.units):

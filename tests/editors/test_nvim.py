@@ -145,3 +145,29 @@ def test_the_same_plugin_completes_through_a_real_llama_cpp_server(headless_nvim
     assert out["line_after"] == "    return " + out["ghost"]
     backend = out["status"]["backend"]
     assert backend["kind"] == "openai" and backend["state"] == "ok" and backend["fallback_requests"] == 0
+
+
+VISITS_DRIVER_LUA = r"""
+run(function()
+  local buf, client = open_file()
+  vim.api.nvim_input("2Gyy") -- a yank on the second line
+  local function rows()
+    local result = status(buf)
+    return result and result.recent_rows and result.recent_rows[vim.uri_from_bufnr(buf)]
+  end
+  out.after_yank = wait_for("the yank to reach the server", 10000, rows)
+  vim.api.nvim_win_set_cursor(0, { 3, 0 })
+  vim.cmd("split | enew") -- leaving the buffer from its third line (too near the yank: the same area)
+  out.after_leave = wait_for("the leave to reach the server", 10000, function()
+    local r = status(buf).recent_rows[vim.uri_from_bufnr(buf)]
+    return r and r[1] == 2 and r
+  end)
+  stop_server(client)
+end)
+"""
+
+
+def test_yanks_and_leaving_a_buffer_tell_the_server_where_the_user_was(headless_nvim, repeater_model_dir):
+    out = headless_nvim.run(VISITS_DRIVER_LUA, repeater_model_dir)
+    assert out["after_yank"] == [1]
+    assert out["after_leave"] == [2]  # the same area as the yank: one row, the latest

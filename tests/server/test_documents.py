@@ -212,3 +212,20 @@ def test_the_other_files_are_the_open_ones_most_recently_edited_first_then_those
         d.uri for d in store.recent()}  # the oldest closed ones drop out
     store.open("file:///x9.py", "again", "python", 2)  # reopened: open, not closed
     assert store.get("file:///x9.py").text == "again" and sum(d.uri == "file:///x9.py" for d in store.recent()) == 1
+
+
+def test_recent_rows_remember_the_last_areas_most_recent_first():
+    doc = Document("file:///a.py", "x = 1\n" * 400, "python")
+    doc.apply_change("y", Position(10, 0), Position(10, 1))
+    doc.apply_change("y", Position(12, 0), Position(12, 1))  # the same area: one row, the latest
+    assert doc.recent_rows == (12,)
+    doc.apply_change("z", Position(300, 0), Position(300, 1))
+    assert doc.recent_rows == (300, 12)
+    doc.apply_change("a\nb\nc\n", Position(100, 0), Position(100, 0))  # three lines above row 300
+    assert doc.recent_rows == (100, 303, 12)
+    for row in (150, 200, 250):
+        doc.apply_change("q", Position(row, 0), Position(row, 1))
+    assert doc.recent_rows == (250, 200, 150, 100)  # RECENT_AREAS of them; 303 was 53 lines off 250
+    assert doc.frozen().recent_rows == doc.recent_rows
+    doc.apply_change("whole new text")  # a whole replacement says nothing of where
+    assert doc.recent_rows == (250, 200, 150, 100)

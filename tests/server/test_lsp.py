@@ -419,3 +419,24 @@ async def test_status_breaks_each_answered_request_down_into_stages_that_add_up(
         total = breakdown["total_ms"]["p50"]
         assert sum(s["p50"] for s in stages.values()) == pytest.approx(total, rel=0.01)
         assert total <= client_ms
+
+
+async def test_code_the_user_visited_in_another_file_becomes_context(tmp_path, lsp_session, lsp_status):
+    functions = "".join(f"def helper_{i}(value):\n    return value * {i}\n\n\n" for i in range(200))
+    async with lsp_session(tmp_path, init_options={"max_new_tokens": 3}) as client:
+        notes = open_doc(client, tmp_path / "notes.py", functions)
+        main = open_doc(client, tmp_path / "main.py", "def main():\n    ret")
+        assert (await inline(client, main, 1, 7)).items
+        assert "helper_150" not in client.engine.requests[-1].prefix
+        row = functions[:functions.index("def helper_150(")].count("\n")
+        for bad in ({"line": 3}, {"textDocument": {"uri": notes}, "line": -1},
+                    {"textDocument": {"uri": notes}, "line": "x"}, {"textDocument": {"uri": "file:///nope.py"}, "line": 1}):
+            client.protocol.notify("memosight/visited", bad)  # ignored, with a log line
+        client.protocol.notify("memosight/visited", {"textDocument": {"uri": notes}, "line": row})
+        await lsp_status(client)  # the notifications have been handled
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(uri=main, version=2),
+            [types.TextDocumentContentChangePartial(range=types.Range(types.Position(1, 7), types.Position(1, 7)),
+                                                    text="urn")]))
+        assert (await inline(client, main, 1, 10)).items
+        assert "def helper_150(value):" in client.engine.requests[-1].prefix

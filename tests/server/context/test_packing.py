@@ -4,6 +4,7 @@ import re
 
 import pytest
 from memosight.server.context.packing import ContextCompressor
+from memosight.server.context.regions import WEIGHTS
 from memosight.server.context.truncation import truncate_around_cursor
 from memosight.server.documents import Document, Position
 
@@ -264,3 +265,18 @@ def test_a_first_line_longer_than_the_budget_keeps_its_tail():
     text = "VALUES = [" + ", ".join(str(i) for i in range(2000)) + ", "
     packed = ContextCompressor().build(Document("file:///m.py", text, "python"), len(text), 128, 0.0, PIECES)
     assert packed.prefix and text.endswith(packed.prefix) and packed.prompt_tokens <= 128
+
+
+def test_code_edited_lately_in_another_open_file_comes_in():
+    # Nothing near the cursor names the other file's code: only its having been edited brings it.
+    other = Document("file:///pkg/notes.py", python_module(30), "python")
+    row = other.text[:other.text.index("def helper_21(")].count("\n")
+    doc = Document("file:///pkg/main.py", python_module(40) + "\n\ndef use(items):\n    ", "python")
+    before = ContextCompressor().build(doc, len(doc.text), 300, 0.25, PIECES, [other])
+    assert "helper_21" not in before.prefix
+    other.apply_change("v", Position(row + 3, 4), Position(row + 3, 5))  # the user worked there
+    after = ContextCompressor().build(doc, len(doc.text), 300, 0.25, PIECES, [other])
+    assert "# file: notes.py\n" in after.prefix and "def helper_21(value, scale=21):" in after.prefix
+    assert after.prompt_tokens <= 300
+    switched_off = ContextCompressor(weights={**WEIGHTS, "recent_code": 0.0})
+    assert "helper_21" not in switched_off.build(doc, len(doc.text), 300, 0.25, PIECES, [other]).prefix

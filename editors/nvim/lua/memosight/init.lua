@@ -9,6 +9,7 @@ local M = {}
 
 local NAME = "memosight"
 local STATUS_METHOD = "memosight/status"
+local VISITED_METHOD = "memosight/visited"
 
 M.defaults = {
   -- The language server command; any `memosight-lsp` on $PATH, or e.g. { "/venv/bin/python", "-m", "memosight.server", "--stdio" }.
@@ -135,13 +136,46 @@ local function set_keymaps(bufnr)
   end, "previous suggestion")
 end
 
-local function on_attach(_, bufnr)
+-- Where the user yanked code or was when they left the buffer: the server keeps it as recent code,
+-- context for completions in other files (as llama.vim gathers chunks on yank and on leaving a buffer).
+local function report_visits(client, bufnr)
+  local group = vim.api.nvim_create_augroup("memosight.visits", { clear = false })
+  vim.api.nvim_clear_autocmds({ group = group, buffer = bufnr })
+  local function send(line)
+    if client:is_stopped() then
+      return
+    end
+    local params = { textDocument = { uri = vim.uri_from_bufnr(bufnr) }, line = line }
+    if vim.fn.has("nvim-0.11") == 1 then
+      client:notify(VISITED_METHOD, params)
+    else
+      client.notify(VISITED_METHOD, params)
+    end
+  end
+  vim.api.nvim_create_autocmd("TextYankPost", {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      send(vim.api.nvim_buf_get_mark(bufnr, "[")[1] - 1)
+    end,
+  })
+  vim.api.nvim_create_autocmd("BufLeave", {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      send(vim.api.nvim_win_get_cursor(0)[1] - 1)
+    end,
+  })
+end
+
+local function on_attach(client, bufnr)
   if vim.fn.has("nvim-0.10") == 0 then
     vim.notify_once("MemoSight: ghost text needs Neovim 0.10 or newer", vim.log.levels.WARN)
     return
   end
   ghost.enable(bufnr)
   set_keymaps(bufnr)
+  report_visits(client, bufnr)
 end
 
 --- Whether the user has `:trust`ed this project's .memosight.toml as it is now (Neovim's own trust
