@@ -48,9 +48,10 @@ from .context_measures import PROXY_TOKEN, _needles, _recall_and_match, _typing
 
 
 # Beside the packed context: plain left truncation at the same budget and at twice it; llama.vim's
-# window (256 lines before the cursor, 64 after, cut to the budget) at the same budget and at twice it;
+# window (256 lines before the cursor, 64 after, cut to the budget) at the same budget and at twice it,
+# and cut to the packed prompt's own size (which leaves room to type into: window_same);
 # and the window after chunks of the other open files (llama.vim's ring), within the same budget.
-BASELINES = ("truncated", "truncated_2x", "window", "window_2x", "window_chunks")
+BASELINES = ("truncated", "truncated_2x", "window", "window_2x", "window_same", "window_chunks")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,6 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="auto, cpu, cuda")
     parser.add_argument("--dtype", help="auto, float32, bfloat16, float16, int8 (as in .memosight.toml)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cursors-out", metavar="FILE",
+                        help="append each next-line cursor's results to FILE (JSON lines), per context")
     add_json_argument(parser)
 
 
@@ -150,6 +153,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _versus(t: dict) -> str:
+    if "loss_minus_packed" not in t:
+        return ""
+    low, high = t["ci95"]
+    return f"{t['loss_minus_packed']:+.4f} [{low:+.4f}, {high:+.4f}]"
+
+
 def _table(out: dict) -> str:
     def fmt(value, pct=False):
         if value is None:
@@ -183,14 +193,14 @@ def _table(out: dict) -> str:
         lines.append(f"\nnext line at budget {budget} (_2x: at {2 * int(budget)} tokens; window: llama.vim's 256 lines "
                      "before and 64 after; window_chunks: with chunks of the other open files)")
         lines.append(f"{'cursors':<18} {'context':<32} {'exact':>7} {'prefix chars':>13} {'loss':>7} "
-                     f"{'first ms p50':>12} {'prompt':>7}")
+                     f"{'first ms p50':>12} {'prompt':>7}   loss - packed [95% interval]")
         for group, by_name in result["next_line"].items():
             for i, (name, t) in enumerate(by_name.items()):
                 label = f"{group} ({t['positions']})" if i == 0 else ""
                 exact = f"{t['exact_lines']}/{t['positions']}" if "exact_lines" in t else "-"
                 lines.append(f"{label:<18} {name:<32} {exact:>7} {fmt(t.get('prefix_chars')):>13} "
                              f"{fmt(t['line_loss']):>7} {fmt(t.get('first_request_ms_p50')):>12} "
-                             f"{fmt(t['prompt_tokens_p50']):>7}")
+                             f"{fmt(t['prompt_tokens_p50']):>7}   {_versus(t)}")
     lines.append("(cursors: by what the next line uses: far = a name absent from the 30 lines above, other_file = "
                  "a name only another file defines, near = neither; and by the length of the file)")
     return "\n".join(lines)

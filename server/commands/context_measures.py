@@ -3,6 +3,7 @@ line under each context, needles, prefix stability and build time while typing."
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import statistics
@@ -75,9 +76,11 @@ class Tally:
         self.nats = 0.0
         self.ms: list[float] = []
         self.prompt_tokens: list[int] = []
+        self.losses: list[tuple[float, int]] = []  # per cursor (nats, tokens), for paired comparisons
 
     def add(self, result: dict) -> None:
         self.n += 1
+        self.losses.append((result["nats"], result["tokens"]))
         self.nats += result["nats"]
         self.tokens += result["tokens"]
         self.prompt_tokens.append(result["prompt_tokens"])
@@ -95,6 +98,24 @@ class Tally:
                        prefix_chars_share=round(self.chars / self.true_chars, 4) if self.true_chars else None,
                        first_request_ms_p50=round(statistics.median(self.ms), 1))
         return out
+
+
+def paired_loss_difference(base: Tally, other: Tally, resamples: int = 2000, seed: int = 0) -> dict:
+    """`other`'s loss minus `base`'s over the same cursors (nats per token, negative: `other` is
+    better), with a 95% interval from resampling the cursors: whether a difference is more than
+    which cursors happened to be drawn."""
+    pairs = list(zip(base.losses, other.losses))
+    if not pairs:
+        return {}
+
+    def difference(sample) -> float:
+        tokens = sum(b[1] for b, _ in sample) or 1
+        return (sum(o[0] for _, o in sample) - sum(b[0] for b, _ in sample)) / tokens
+
+    rng = random.Random(seed)
+    spread = sorted(difference([rng.choice(pairs) for _ in pairs]) for _ in range(resamples))
+    return {"loss_minus_packed": round(difference(pairs), 4),
+            "ci95": [round(spread[int(0.025 * resamples)], 4), round(spread[int(0.975 * resamples) - 1], 4)]}
 
 
 def _correct_prefix(generated: str, true_line: str) -> int:
@@ -244,17 +265,25 @@ def _recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> di
             fim = args.suffix_share > 0
             packed["window"] = window(text, cursor, budget, count_tokens, fim, doc.path)
             packed["window_2x"] = window(text, cursor, 2 * budget, count_tokens, fim, doc.path)
+            # the same token count as the packed context's prompt, which leaves room to type into
+            packed["window_same"] = window(text, cursor, packed["compressed"].prompt_tokens, count_tokens, fim,
+                                           doc.path)
             # llama.vim's ring: chunks of code the user saw in the other open files, where they were
             chunks = [(o.path, chunk_of(o.text, seen)) for o, seen in zip(others, seen_rows)]
             packed["window_chunks"] = window_with_chunks(text, cursor, budget, count_tokens, fim, chunks,
                                                          "#" if doc.language == "python" else "//", doc.path)
             wanted = set(args.contexts) | {name for name in compressors}
+            line = {"file": doc.path, "row": row, "budget": budget, "groups": groups}
             for name, context in packed.items():
                 if name not in wanted:
                     continue
                 result = _next_line(engine, context, true_line, not args.no_generate)
+                line[name] = result
                 for group in groups:
                     tallies.setdefault(group, {}).setdefault(name, Tally()).add(result)
+            if args.cursors_out:
+                with open(args.cursors_out, "a", encoding="utf-8") as out_file:
+                    out_file.write(json.dumps(line) + "\n")
     for doc in files:  # the rows drawn above stand for one cursor's editor, not the next test's
         doc.recent_rows = ()
     out = {"positions": len(positions), "far_identifiers": total, **_recall("", found, total),
@@ -262,7 +291,9 @@ def _recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> di
            "origin_identifiers": total_origin, **_recall("origin_", found_origin, total_origin)}
     if em_done:
         out["em_positions"] = em_done
-        out["next_line"] = {group: {name: tally.to_json() for name, tally in by_name.items()}
+        out["next_line"] = {group: {name: {**tally.to_json(), **(paired_loss_difference(by_name["compressed"], tally)
+                                                                if name != "compressed" else {})}
+                                    for name, tally in by_name.items()}
                             for group, by_name in tallies.items()}
         for name, tally in tallies["all"].items():  # the headline figures, flat
             for key, value in tally.to_json().items():

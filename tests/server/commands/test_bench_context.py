@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from memosight.server.cli import main
 from memosight.server.commands.context_measures import _origin_lines
 
@@ -59,17 +61,32 @@ def test_several_budgets_ablations_and_variants_in_one_run(tmp_path, tiny_model_
     assert main(["bench", "context", "--corpus", str(tmp_path), "--budget", "64,128", "--model", str(tiny_model_dir),
                  "--device", "cpu", "--max-positions", "4", "--em-positions", "2", "--no-generate",
                  "--ablate", "docstrings", "--variant", "wide:contiguous=0,near_prefix_share=0.5",
-                 "--variant", "att:attention=256", "--json"]) == 0
+                 "--variant", "att:attention=256", "--variant", "fim:suffix_share=0.5",
+                 "--cursors-out", str(tmp_path / "cursors.jsonl"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out["budgets"]) == {"64", "128"} and out["budget"] == 64
+    cursors = [json.loads(line) for line in (tmp_path / "cursors.jsonl").read_text().splitlines()]
+    assert [c["budget"] for c in cursors] == [64, 64, 128, 128]
     for budget, result in out["budgets"].items():
         figures = result["next_line"]["all"]
-        assert set(figures) == {"compressed", "compressed_no_docstrings", "wide", "att", "truncated", "truncated_2x",
-                                "window", "window_2x", "window_chunks"}  # llama.vim's context beside ours
+        assert set(figures) == {"compressed", "compressed_no_docstrings", "wide", "att", "fim", "truncated",
+                                "truncated_2x", "window", "window_2x", "window_same",
+                                "window_chunks"}  # llama.vim's context beside ours
         for name, f in figures.items():
             assert f["positions"] == 2 and f["line_loss"] > 0 and "exact_match" not in f  # --no-generate
             limit = 2 * int(budget) if name.endswith("_2x") else int(budget)
             assert f["prompt_tokens_p50"] <= limit
+            if name != "compressed":  # paired with the packed context's loss on the same cursors
+                low, high = f["ci95"]
+                assert low <= f["loss_minus_packed"] <= high
+                mine = [c for c in cursors if c["budget"] == int(budget)]
+                total = sum(c["compressed"]["tokens"] for c in mine)
+                assert f["loss_minus_packed"] == pytest.approx(
+                    sum(c[name]["nats"] - c["compressed"]["nats"] for c in mine) / total, abs=1e-4)
+        assert figures["window_same"]["prompt_tokens_p50"] <= figures["compressed"]["prompt_tokens_p50"]
+        # the suffix-share variant stays within the budget too
+        fim = [c["fim"]["prompt_tokens"] for c in cursors if c["budget"] == int(budget)]
+        assert all(t <= int(budget) for t in fim)
 
 
 def test_bad_budgets_kinds_and_variant_keys_are_named(tmp_path, capsys):
