@@ -29,9 +29,11 @@ left truncation at the same token budget, on real source files.
   build time          per keystroke (incremental parse included), on a 2,000-line file
 
 The cursor's line is removed from the file first (the user is writing it), so neither context can
-contain it. Up to 6 files of the same package count as open in the editor, and the corpus folder as
-the workspace, whose unopened files may give definitions too (as in the server). Without a model
-(--no-model) tokens are counted by a word/punctuation proxy.
+contain it. Up to 6 files of the same package count as open in the editor (each with one row drawn
+as where the user last was: llama.vim's ring holds the chunk around it, the packer gets it as a
+recent edit), and the project as the workspace (the corpus's top-level folder holding the file: a
+corpus of attrs/ click/ requests/ is three workspaces), whose unopened files may give definitions
+too (as in the server). Without a model (--no-model) tokens are counted by a word/punctuation proxy.
 """
 
 from __future__ import annotations

@@ -67,6 +67,15 @@ def _origin_lines(lines: list[str], row: int, names: set[str]) -> dict[str, str]
     return out
 
 
+def project_root(corpus: Path, path: Path) -> Path:
+    """The project a file of the corpus belongs to, which is its workspace: the corpus's top-level
+    folder holding it (a corpus of several projects, attrs/ click/ requests/, is not one workspace:
+    no editor has a workspace that spans unrelated projects), or the corpus for a file at its top."""
+    corpus = corpus.resolve()
+    parts = path.resolve().relative_to(corpus).parts
+    return corpus / parts[0] if len(parts) > 1 else corpus
+
+
 class Tally:
     """Next-line results of one context kind over a group of cursors: lines exactly right,
     characters of correct prefix, the true line's loss, first-request latency, prompt size."""
@@ -207,9 +216,8 @@ def _recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> di
     rng.shuffle(positions)
     positions = positions[:args.max_positions]
     compressors, shares = _variants(args, engine)
-    # The corpus stands for the workspace: its unopened files may give definitions, as in the server.
-    workspace = WorkspaceIndex(Path(args.corpus))
-    workspace.scan()
+    # The project stands for the workspace: its unopened files may give definitions, as in the server.
+    workspaces: dict[Path, WorkspaceIndex] = {}
     found = {"compressed": 0, "truncated": 0}
     found_far = {"compressed": 0, "truncated": 0}  # only those absent from the 30 lines above the cursor
     # The far line where the identifier first appears (its definition, an import, a first use): is
@@ -239,7 +247,11 @@ def _recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> di
             other_names |= analyze(*other.snapshot(), other.language).symbols.keys()
         targets = _far_identifiers(lines, row, true_line, doc.language, other_names)
         far_only = targets - identifiers("".join(lines[max(0, row - FAR_LINES):row]))
-        from_workspace = workspace.documents_for(current, cursor, others)
+        root = project_root(Path(args.corpus), Path(doc.path))
+        if root not in workspaces:
+            workspaces[root] = WorkspaceIndex(root)
+            workspaces[root].scan()
+        from_workspace = workspaces[root].documents_for(current, cursor, others)
         packed = {name: compressor.build(current, cursor, budget, shares.get(name, args.suffix_share), count_tokens,
                                          others + from_workspace) for name, compressor in compressors.items()}
         packed["truncated"] = truncate_around_cursor(text, cursor, budget, args.suffix_share, count_tokens)

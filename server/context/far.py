@@ -57,14 +57,15 @@ def score_sources(doc, text: str, tree, cursor_row: int, used: set[str], other_d
                          similarities(analysis, query) if similar else None, attended, shown,
                          doc.recent_rows)
     other_sources = []
+    builtin = languages.BUILTINS.get(languages.FAMILY.get(doc.language), frozenset())
     for other in sorted(other_docs, key=lambda o: o.path):
         other_text, other_tree = other.snapshot()
         if other_tree is None:
             continue
         other_analysis = analyze(other_text, other_tree, other.language)
         known |= other_analysis.symbols.keys()
-        other_scores = score_units(other_analysis, used, None, (), weights,
-                                   similarities(other_analysis, query) if similar else None, None, shown,
+        other_scores = score_units(other_analysis, used - builtin, None, (), weights,
+                                   similarities(other_analysis, query) if similar else None, None, shown - builtin,
                                    other.recent_rows)
         if any(other_scores):
             other_sources.append(Source(other.path, other_analysis, other_scores,

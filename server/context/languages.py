@@ -14,6 +14,7 @@ Languages without a spec get no tree; the packer falls back to a line window aro
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import threading
 from dataclasses import dataclass, field
@@ -137,6 +138,20 @@ LANGUAGES_BY_SUFFIX = {
 # Open documents of one family may define the symbols used in another (a .ts file importing a .js one).
 FAMILY = {"python": "python", "javascript": "ecmascript", "javascriptreact": "ecmascript",
           "typescript": "ecmascript", "typescriptreact": "ecmascript", "go": "go", "rust": "rust"}
+
+# Names every file of a family has without defining them: a definition of one in another file (a
+# compatibility shim's `str = str`) says nothing about the code at the cursor.
+BUILTINS = {
+    "python": frozenset(dir(builtins)) | {"self", "cls"},
+    "ecmascript": frozenset({"Array", "Boolean", "Date", "Error", "JSON", "Map", "Math", "Number", "Object",
+                             "Promise", "Reflect", "RegExp", "Set", "String", "Symbol", "WeakMap", "console",
+                             "document", "window", "undefined", "require", "module", "exports"}),
+    "go": frozenset({"append", "bool", "byte", "cap", "close", "complex", "copy", "delete", "error", "float32",
+                     "float64", "int", "int32", "int64", "len", "make", "new", "nil", "panic", "print",
+                     "println", "recover", "rune", "string", "uint", "uint8", "uint32", "uint64", "any"}),
+    "rust": frozenset({"Box", "Err", "None", "Ok", "Option", "Result", "Self", "Some", "String", "Vec",
+                       "self", "println", "format", "vec"}),
+}
 
 _lock = threading.Lock()
 _languages: dict[str, object] = {}

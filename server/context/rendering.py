@@ -54,8 +54,11 @@ def render(sources: list[Source], chosen: list[set[int]], with_headers: bool, tr
                     pass  # the caller's text already ends with a marker for these lines
                 elif any(line.strip() for line in gap):
                     out.append(marker("".join(gap), source.comment) or f"{source.comment} ...\n")
-                elif out:
-                    out.extend(gap)  # blank lines between kept units stay as they are
+                elif out or low > 0:
+                    # blank lines between kept units stay as they are, and so do those right after
+                    # the caller's text (the near suffix, before the units below it): a function
+                    # running straight into the next `def` is code no model has seen
+                    out.extend(gap)
             out.append(lines[r])
             unit = source.analysis.units[row_unit[r]]
             if regions and regions[-1].path == source.path and regions[-1].end_line == r \

@@ -236,7 +236,8 @@ class WorkspaceIndex:
             return self.documents_at(self._picks.get(doc.uri, []))
         seen = set(names)
         # what this file defines or assigns needs no other file (imports do)
-        names -= self.defined_in(doc) | {a or b for a, b in BOUND_NEAR.findall(before)}
+        names -= self.defined_in(doc) | {a or b for a, b in BOUND_NEAR.findall(before)} \
+            | languages.BUILTINS.get(family, frozenset())
         picked = self.definers(names, family, exclude=exclude)
         # the last choice, less files since opened in the editor (their open text is used) or gone
         previous = [p for p in self._picks.get(doc.uri, []) if p not in exclude and p in self._files]

@@ -280,3 +280,18 @@ def test_code_edited_lately_in_another_open_file_comes_in():
     assert after.prompt_tokens <= 300
     switched_off = ContextCompressor(weights={**WEIGHTS, "recent_code": 0.0})
     assert "helper_21" not in switched_off.build(doc, len(doc.text), 300, 0.25, PIECES, [other]).prefix
+
+
+def test_the_blank_lines_after_the_cursors_function_stay_in_the_suffix():
+    body = "".join(f"def f{i}(x):\n    \"\"\"Doc {i}.\"\"\"\n    y = x + {i}\n    return y\n\n\n" for i in range(40))
+    text = body + "class A:\n    def m(self, v):\n        \n        return v\n\n\ndef g(z):\n    return z\n"
+    doc = Document("file:///t.py", text, "python")
+    packed = ContextCompressor().build(doc, text.index("        \n        return v") + 8, 200, 0.25, PIECES)
+    assert packed.suffix == "\n        return v\n\n\ndef g(z):\n    return z\n"
+
+
+def test_an_open_file_redefining_a_builtin_is_no_definition_of_it():
+    shim = Document("file:///pkg/compat.py", "import sys\n\nstr = str\nbytes = bytes\n", "python")
+    doc = Document("file:///pkg/main.py", python_module(40) + "\n\ndef use(v):\n    return str(v) + ", "python")
+    packed = ContextCompressor().build(doc, len(doc.text), 300, 0.25, PIECES, [shim])
+    assert "str = str" not in packed.prefix

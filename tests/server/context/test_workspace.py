@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from memosight.server.context.workspace import WorkspaceIndex, defined_names
+from memosight.server.documents import Document
 
 
 def test_defined_names_per_language():
@@ -126,3 +127,13 @@ def test_an_indexed_file_replaced_by_a_pipe_or_grown_huge_is_not_read(tmp_path):
     os.mkfifo(units)  # reading it would wait for a writer forever
     geometry.write_text("x = 1\n" * 5000)
     assert index.documents_at(keys) == []
+
+
+def test_a_builtin_name_never_brings_in_another_file(tmp_path):
+    (tmp_path / "compat.py").write_text("str = str\nbytes = bytes\n\n\ndef helper_of_note(x):\n    return x\n")
+    index = WorkspaceIndex(tmp_path)
+    index.scan()
+    doc = Document((tmp_path / "main.py").as_uri(), "def f(v):\n    return str(v) + bytes(v)\n", "python")
+    assert index.documents_for(doc, len(doc.text), []) == []  # str and bytes are everyone's
+    doc = Document((tmp_path / "main.py").as_uri(), "def f(v):\n    return helper_of_note(str(v))\n", "python")
+    assert [d.path for d in index.documents_for(doc, len(doc.text), [])] == [str(tmp_path / "compat.py")]
