@@ -143,7 +143,7 @@ def _next_line(engine, context, true_line: str, generate: bool) -> dict:
             context.prefix, context.suffix, max_new_tokens=48, stop=StopRule(single_line=True),
             options=RequestOptions(cold=True))).result()
         out.update(hit=completion.text.strip() == true_line.strip(), ms=completion.latency_ms,
-                   chars=_correct_prefix(completion.text, true_line))
+                   chars=_correct_prefix(completion.text, true_line), text=completion.text)
     return out
 
 
