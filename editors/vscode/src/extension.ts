@@ -19,6 +19,7 @@ import {
 import { LogMethod, serverLogLevel } from "./serverLog";
 import { describeCommand, launchFailureMessage, resolveServerCommand, ServerCommand } from "./serverCommand";
 import { LAUNCH_SETTING_KEYS, serverSettings, ServerSettings } from "./settings";
+import { VISITED_METHOD, visitedParams } from "./visits";
 import { formatClientState, formatStatusBar, formatStatusReport, ServerStatus, STATUS_REQUEST, StatusBarView } from "./status";
 
 const SECTION = "memosight";
@@ -150,6 +151,16 @@ class MemoSight implements vscode.Disposable {
     await this.start();
   }
 
+  /** The user left `editor` (another one became active): where they were is recent code. */
+  left(editor: vscode.TextEditor | undefined): void {
+    const document = editor?.document;
+    const params = visitedParams(document?.uri.toString(), document?.uri.scheme, document?.languageId,
+      editor?.selection.active.line, LANGUAGES);
+    if (params && this.client?.isRunning()) {
+      void this.client.sendNotification(VISITED_METHOD, params);
+    }
+  }
+
   /** Send the settings again (the workspace became trusted: they say so now). */
   async settingsChanged(): Promise<void> {
     await this.client?.sendNotification(DidChangeConfigurationNotification.type, {
@@ -276,6 +287,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const statusBar = vscode.window.createStatusBarItem("memosight.status", vscode.StatusBarAlignment.Right, 100);
   memosight = new MemoSight(output, statusBar);
   const instance = memosight;
+  let active = vscode.window.activeTextEditor; // the editor the user is in, to tell the server when they leave it
   context.subscriptions.push(
     output,
     statusBar,
@@ -284,6 +296,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand(RESTART_COMMAND, () => instance.restart()),
     // Trust granted: the project's own backend setting may now apply; the server re-reads the settings.
     vscode.workspace.onDidGrantWorkspaceTrust(() => void instance.settingsChanged()),
+    vscode.window.onDidChangeActiveTextEditor((editor) => {
+      instance.left(active);
+      active = editor;
+    }),
     vscode.workspace.onDidChangeConfiguration((event) => {
       if (LAUNCH_SETTING_KEYS.some((key) => event.affectsConfiguration(`${SECTION}.${key}`))) {
         output.info("The server launch settings changed; restarting.");
