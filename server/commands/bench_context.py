@@ -15,7 +15,8 @@ left truncation at the same token budget, on real source files.
                       or --no-generate), exact or not, and the characters of it right before its
                       first error; the true line's loss (nats per token), which moves before a small
                       model's exact match does; each context's first-request latency (the whole
-                      prompt prefilled, cold) and prompt size. Contexts: the packed one, plain
+                      prompt prefilled, cold: to the line's end, and to its first token) and prompt
+                      size. Contexts: the packed one, plain
                       truncation at the same budget and at twice it, and the packed one with each
                       region kind of --ablate switched off or with the weights of a --variant
                       (attention=N: the model's own attention over the N tokens above the cursor as
@@ -195,13 +196,14 @@ def _table(out: dict) -> str:
         lines.append(f"\nnext line at budget {budget} (_2x: at {2 * int(budget)} tokens; window: llama.vim's 256 lines "
                      "before and 64 after; window_chunks: with chunks of the other open files)")
         lines.append(f"{'cursors':<18} {'context':<32} {'exact':>7} {'prefix chars':>13} {'loss':>7} "
-                     f"{'first ms p50':>12} {'prompt':>7}   loss - packed [95% interval]")
+                     f"{'first ms p50':>12} {'1st token':>9} {'prompt':>7}   loss - packed [95% interval]")
         for group, by_name in result["next_line"].items():
             for i, (name, t) in enumerate(by_name.items()):
                 label = f"{group} ({t['positions']})" if i == 0 else ""
                 exact = f"{t['exact_lines']}/{t['positions']}" if "exact_lines" in t else "-"
                 lines.append(f"{label:<18} {name:<32} {exact:>7} {fmt(t.get('prefix_chars')):>13} "
                              f"{fmt(t['line_loss']):>7} {fmt(t.get('first_request_ms_p50')):>12} "
+                             f"{fmt(t.get('first_token_ms_p50')):>9} "
                              f"{fmt(t['prompt_tokens_p50']):>7}   {_versus(t)}")
     lines.append("(cursors: by what the next line uses: far = a name absent from the 30 lines above, other_file = "
                  "a name only another file defines, near = neither; and by the length of the file)")

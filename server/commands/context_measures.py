@@ -83,7 +83,8 @@ class Tally:
     def __init__(self):
         self.n = self.hits = self.chars = self.true_chars = self.tokens = 0
         self.nats = 0.0
-        self.ms: list[float] = []
+        self.ms: list[float] = []  # the whole line, cold
+        self.first_token_ms: list[float] = []
         self.prompt_tokens: list[int] = []
         self.losses: list[tuple[float, int]] = []  # per cursor (nats, tokens), for paired comparisons
 
@@ -98,6 +99,7 @@ class Tally:
             self.hits += result["hit"]
             self.chars += result["chars"]
             self.ms.append(result["ms"])
+            self.first_token_ms.append(result["first_token_ms"])
 
     def to_json(self) -> dict:
         out = {"positions": self.n, "line_loss": round(self.nats / self.tokens, 4) if self.tokens else None,
@@ -105,7 +107,8 @@ class Tally:
         if self.ms:
             out.update(exact_match=round(self.hits / self.n, 4), exact_lines=self.hits, prefix_chars=self.chars,
                        prefix_chars_share=round(self.chars / self.true_chars, 4) if self.true_chars else None,
-                       first_request_ms_p50=round(statistics.median(self.ms), 1))
+                       first_request_ms_p50=round(statistics.median(self.ms), 1),
+                       first_token_ms_p50=round(statistics.median(self.first_token_ms), 1))
         return out
 
 
@@ -143,6 +146,7 @@ def _next_line(engine, context, true_line: str, generate: bool) -> dict:
             context.prefix, context.suffix, max_new_tokens=48, stop=StopRule(single_line=True),
             options=RequestOptions(cold=True))).result()
         out.update(hit=completion.text.strip() == true_line.strip(), ms=completion.latency_ms,
+                   first_token_ms=completion.first_token_ms,
                    chars=_correct_prefix(completion.text, true_line), text=completion.text)
     return out
 

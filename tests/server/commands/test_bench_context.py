@@ -43,6 +43,7 @@ def test_bench_context_with_a_model_reports_exact_match_and_line_loss_for_long_f
         assert figures["exact_match"] * 3 == figures["exact_lines"] in (0, 1, 2, 3)  # lines right, of the 3 asked
         assert 0 <= figures["prefix_chars"] <= figures["prefix_chars_share"] * 1e9
         assert figures["first_request_ms_p50"] > 0 and out[f"first_request_ms_p50_{name}"] > 0
+        assert 0 < figures["first_token_ms_p50"] <= figures["first_request_ms_p50"]
         assert figures["line_loss"] > 0 and groups["lines600+"][name]["line_loss"] == figures["line_loss"]
     assert groups["all"]["truncated_2x"]["prompt_tokens_p50"] > groups["all"]["truncated"]["prompt_tokens_p50"]
 
