@@ -330,8 +330,8 @@ class LocalEngine:
         if not target:
             return 0.0, 0
         ids = torch.tensor([prompt + target], device=self.device)
-        threads = self.prompt_cache.prefill_threads  # a whole prompt at once: threaded as a prefill is
-        with self._lock, threads.for_prefill(ids.shape[1]) if threads else contextlib.nullcontext():
+        threads = self.prompt_cache.prefill_threads  # a whole prompt at once: on the cores a prefill uses
+        with self._lock, threads.fastest() if threads else contextlib.nullcontext():
             logits = self.model(ids).logits[0, len(prompt) - 1:-1].float()
         loss = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):], reduction="sum")
         return float(loss), len(target)

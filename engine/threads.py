@@ -99,6 +99,20 @@ class PrefillThreads(ThreadChooser):
         with self.measured(tokens, probe=probe):
             yield
 
+    @contextmanager
+    def fastest(self) -> Iterator[None]:
+        """Run the block on the fastest count known (all cores before any is known), without a try
+        or a record: for work unlike a prefill's, whose timings would mislead the choice."""
+        before = torch.get_num_threads()
+        threads = self.best or max(self.choices)
+        if threads != before:
+            torch.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            if threads != before:
+                torch.set_num_threads(before)
+
     def chunks(self, tokens: int) -> list[tuple[int, int, bool]]:
         """How a prefill of `tokens` tokens is split: (start, end, whether a try is allowed) — the
         first `probe_tokens` may try another count, the rest runs on the fastest known."""

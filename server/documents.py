@@ -112,10 +112,11 @@ RECENT_AREAS = 4  # edited areas remembered per document
 RECENT_AREA_LINES = 32  # edits closer than this to a remembered one are the same area
 
 
-def _recent_rows(rows: tuple[int, ...], row: int, added_lines: int) -> tuple[int, ...]:
-    """`rows` after an edit at `row` that added `added_lines` lines (negative: removed): the rows
-    below it move, and `row` becomes the most recent area, replacing one it falls in."""
-    moved = [r + added_lines if r > row else r for r in rows]
+def _recent_rows(rows: tuple[int, ...], row: int, removed: int = 0, added: int = 0) -> tuple[int, ...]:
+    """`rows` after an edit at `row` that replaced `removed` line breaks by `added`: the rows below
+    move (those in a deleted span come to `row`), and `row` becomes the most recent area, replacing
+    one it falls in."""
+    moved = [r if r <= row else row if r <= row + removed else r - removed + added for r in rows]
     return (row, *[r for r in moved if abs(r - row) >= RECENT_AREA_LINES])[:RECENT_AREAS]
 
 
@@ -191,6 +192,8 @@ class Document:
             if b < a:
                 a, b = b, a
         new = old[:a] + text + old[b:]
+        # where the edit was, in rows of the text before it (LSP's line breaks, clamped positions)
+        row = self.position_at(a).line if start is not None else None
         with self._tree_lock:
             if self._tree is None and len(old) > LARGE_DOCUMENT_CHARS:
                 # no tree to edit: tree-sitter's byte offsets and points would scan a big file per key
@@ -201,8 +204,9 @@ class Document:
                                 start_byte + len(_encode(text)), _point(old, a), _point(old, b),
                                 _point(new, a + len(text)))
             self.text = new
-            if start is not None:
-                self.recent_rows = _recent_rows(self.recent_rows, start.line, text.count("\n") - (end.line - start.line))
+            if row is not None:
+                self.recent_rows = _recent_rows(self.recent_rows, row, len(LINE_END.findall(old, a, b)),
+                                                len(LINE_END.findall(text)))
             self._line_starts = None if start is None else _updated_line_starts(self._line_starts, new, a, b,
                                                                                 len(text))
             if self._tree is not None:
@@ -332,7 +336,8 @@ class DocumentStore:
         doc = self._docs.get(uri)
         if doc is None:
             return False
-        doc.recent_rows = _recent_rows(doc.recent_rows, max(0, min(line, doc.line_count - 1)), 0)
+        doc.recent_rows = _recent_rows(doc.recent_rows, max(0, min(line, doc.line_count - 1)))
+        self.touch(uri)  # the user was in it: as recent as an edit
         return True
 
     def close(self, uri: str) -> None:

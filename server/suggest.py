@@ -138,8 +138,8 @@ class Suggester:
 
     def _context_key(self, view: Document, cursor: int, settings: Settings) -> tuple:
         """What a context depends on: this text and cursor, the budget, and every open document's
-        version (their definitions may be in it)."""
-        others = tuple((d.uri, d.version, len(d.text)) for d in self._open_documents())
+        version (their definitions may be in it) and where the user last worked in it."""
+        others = tuple((d.uri, d.version, len(d.text), d.recent_rows) for d in self._open_documents())
         return (view.uri, view.version, id(view.text), len(view.text), cursor, settings.context_budget,
                 settings.suffix_share, others)
 

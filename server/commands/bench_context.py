@@ -140,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise CommandError(f"--contexts: unknown context(s) {', '.join(sorted(unknown))}; choose from "
                            f"{', '.join(BASELINES)}")
+    if args.cursors_out:
+        Path(args.cursors_out).write_text("", encoding="utf-8")  # this run's cursors only
     budgets, args.budget = args.budget, args.budget[0]  # needles and typing: at the first budget
     out = {"corpus": str(corpus), "files": len(files), "suffix_share": args.suffix_share,
            "tokens": "model" if engine else "proxy (--no-model)"}

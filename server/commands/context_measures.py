@@ -72,7 +72,10 @@ def project_root(corpus: Path, path: Path) -> Path:
     folder holding it (a corpus of several projects, attrs/ click/ requests/, is not one workspace:
     no editor has a workspace that spans unrelated projects), or the corpus for a file at its top."""
     corpus = corpus.resolve()
-    parts = path.resolve().relative_to(corpus).parts
+    try:
+        parts = path.resolve().relative_to(corpus).parts
+    except ValueError:  # a link to a file outside the corpus
+        return corpus
     return corpus / parts[0] if len(parts) > 1 else corpus
 
 
@@ -86,11 +89,11 @@ class Tally:
         self.ms: list[float] = []  # the whole line, cold
         self.first_token_ms: list[float] = []
         self.prompt_tokens: list[int] = []
-        self.losses: list[tuple[float, int]] = []  # per cursor (nats, tokens), for paired comparisons
+        self.losses: list[tuple[str, float, int]] = []  # per cursor (file, nats, tokens), for paired comparisons
 
     def add(self, result: dict) -> None:
         self.n += 1
-        self.losses.append((result["nats"], result["tokens"]))
+        self.losses.append((result.get("file", ""), result["nats"], result["tokens"]))
         self.nats += result["nats"]
         self.tokens += result["tokens"]
         self.prompt_tokens.append(result["prompt_tokens"])
@@ -114,19 +117,25 @@ class Tally:
 
 def paired_loss_difference(base: Tally, other: Tally, resamples: int = 2000, seed: int = 0) -> dict:
     """`other`'s loss minus `base`'s over the same cursors (nats per token, negative: `other` is
-    better), with a 95% interval from resampling the cursors: whether a difference is more than
-    which cursors happened to be drawn."""
-    pairs = list(zip(base.losses, other.losses))
-    if not pairs:
+    better), with a 95% interval from resampling the files the cursors are in (cursors of one file
+    are alike, so resampling them one by one would claim too narrow an interval): whether a
+    difference is more than which files and cursors happened to be drawn."""
+    by_file: dict[str, list[float]] = {}  # file -> [extra nats of `other`, tokens]
+    for (path, base_nats, tokens), (other_path, other_nats, _) in zip(base.losses, other.losses, strict=True):
+        assert path == other_path, "the two tallies must hold the same cursors"
+        extra = by_file.setdefault(path, [0.0, 0])
+        extra[0] += other_nats - base_nats
+        extra[1] += tokens
+    files = list(by_file.values())
+    if not files:
         return {}
 
     def difference(sample) -> float:
-        tokens = sum(b[1] for b, _ in sample) or 1
-        return (sum(o[0] for _, o in sample) - sum(b[0] for b, _ in sample)) / tokens
+        return sum(n for n, _ in sample) / (sum(t for _, t in sample) or 1)
 
     rng = random.Random(seed)
-    spread = sorted(difference([rng.choice(pairs) for _ in pairs]) for _ in range(resamples))
-    return {"loss_minus_packed": round(difference(pairs), 4),
+    spread = sorted(difference([rng.choice(files) for _ in files]) for _ in range(resamples))
+    return {"loss_minus_packed": round(difference(files), 4),
             "ci95": [round(spread[int(0.025 * resamples)], 4), round(spread[int(0.975 * resamples) - 1], 4)]}
 
 
@@ -244,8 +253,8 @@ def _recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> di
         # Where the user was in each open file (one row drawn per file): llama.vim's ring holds the
         # chunk around it, the packer gets it as the file's last edit (recent_code).
         seen_rows = [rng.randrange(max(1, o.text.count("\n"))) for o in others]
-        for other, seen in zip(others, seen_rows):
-            other.recent_rows = (seen,)
+        for other, row_seen in zip(others, seen_rows):
+            other.recent_rows = (row_seen,)
         other_names = set()
         for other in others:
             other_names |= analyze(*other.snapshot(), other.language).symbols.keys()
@@ -285,7 +294,7 @@ def _recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> di
             packed["window_same"] = window(text, cursor, packed["compressed"].prompt_tokens, count_tokens, fim,
                                            doc.path)
             # llama.vim's ring: chunks of code the user saw in the other open files, where they were
-            chunks = [(o.path, chunk_of(o.text, seen)) for o, seen in zip(others, seen_rows)]
+            chunks = [(o.path, chunk_of(o.text, row_seen)) for o, row_seen in zip(others, seen_rows)]
             packed["window_chunks"] = window_with_chunks(text, cursor, budget, count_tokens, fim, chunks,
                                                          "#" if doc.language == "python" else "//", doc.path)
             wanted = set(args.contexts) | {name for name in compressors}
@@ -293,11 +302,11 @@ def _recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> di
             for name, context in packed.items():
                 if name not in wanted:
                     continue
-                result = _next_line(engine, context, true_line, not args.no_generate)
+                result = {"file": doc.path, **_next_line(engine, context, true_line, not args.no_generate)}
                 line[name] = result
                 for group in groups:
                     tallies.setdefault(group, {}).setdefault(name, Tally()).add(result)
-            if args.cursors_out:
+            if args.cursors_out:  # emptied at the start of the run (bench_context.run)
                 with open(args.cursors_out, "a", encoding="utf-8") as out_file:
                     out_file.write(json.dumps(line) + "\n")
     for doc in files:  # the rows drawn above stand for one cursor's editor, not the next test's

@@ -57,7 +57,8 @@ def score_sources(doc, text: str, tree, cursor_row: int, used: set[str], other_d
                          similarities(analysis, query) if similar else None, attended, shown,
                          doc.recent_rows)
     other_sources = []
-    builtin = languages.BUILTINS.get(languages.FAMILY.get(doc.language), frozenset())
+    # a builtin name wants no other file's definition, unless this file imports one of that name
+    builtin = languages.BUILTINS.get(languages.FAMILY.get(doc.language), frozenset()) - analysis.imports.keys()
     for other in sorted(other_docs, key=lambda o: o.path):
         other_text, other_tree = other.snapshot()
         if other_tree is None:

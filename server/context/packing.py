@@ -104,7 +104,11 @@ class ContextCompressor:
         # Typing at the cursor leaves the text after it unchanged, and so the suffix: reused as it
         # was, since the model reads it first (fill-in-the-middle, suffix first) and any change there
         # costs the whole prompt's KV cache, even where the function's extent shifts as it grows.
-        suffix_key = (doc.uri, content_hash(text[cursor:]), budget, suffix_share)
+        # Where the user last worked below the near window (counted from the file's end, so that
+        # lines typed above leave it as it was) scores the code there: a visit there is a new choice.
+        lines_total = text.count("\n", end_offset) + near_end
+        recent_below = tuple(lines_total - r for r in doc.recent_rows if r >= near_end)
+        suffix_key = (doc.uri, content_hash(text[cursor:]), budget, suffix_share, recent_below)
         kept_suffix = self._suffixes.get(suffix_key)
         if kept_suffix is not None:
             near_suffix, suffix_cut, near_suffix_tokens, kept_below = kept_suffix
@@ -164,7 +168,8 @@ class ContextCompressor:
         if kept_below is not None and not kept_below.misses(used):
             below = kept_below
         else:  # first time here, or a newly typed name has a definition below that was not considered
-            below_key = ("below", doc.uri, content_hash(text[end_offset:]), near_end - def_start, budget)
+            below_key = ("below", doc.uri, content_hash(text[end_offset:]), near_end - def_start, budget,
+                         recent_below)
             below = self._far_part(below_key, suffix_budget - near_suffix_tokens, budget, used,
                                    lambda b: choose(sources("below"), b, marker_tokens, count, count_tokens,
                                                     with_headers=False, trailing=False, gap_before=suffix_cut),
@@ -174,8 +179,9 @@ class ContextCompressor:
 
         # Above the near window, and other open files, in the prefix.
         others_key = tuple(sorted((o.path, content_hash(o.text), o.recent_rows) for o in other_docs))
+        recent_above = tuple(r for r in doc.recent_rows if r < near_start)
         above_key = ("above", doc.uri, content_hash(text[:rows.offset(near_start)]), near_start, def_start,
-                     others_key, budget)
+                     others_key, budget, recent_above)
         above_budget = budget - near_suffix_tokens - below.tokens - near_prefix_tokens
         above = self._far_part(above_key, above_budget, budget, used, lambda b: choose(
             sources("above"), b, marker_tokens, count, count_tokens, with_headers=bool(other_docs), trailing=True,

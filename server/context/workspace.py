@@ -101,7 +101,8 @@ class WorkspaceIndex:
         # uri -> (names already resolved for it, what the choice depended on): while the user types
         # names seen before, the choice stands without analysing the document again
         self._resolved = LRU(64)
-        self._defined = LRU(64)  # uri -> (version, the names its last analysis found defined or bound)
+        # uri -> (version, the names its last analysis found defined or bound, and those imported)
+        self._defined = LRU(64)
         self._generation = 0  # counts changes of the index: a choice made before one is made again
         self._lock = threading.Lock()
         self.ready = threading.Event()
@@ -236,8 +237,10 @@ class WorkspaceIndex:
             return self.documents_at(self._picks.get(doc.uri, []))
         seen = set(names)
         # what this file defines or assigns needs no other file (imports do)
-        names -= self.defined_in(doc) | {a or b for a, b in BOUND_NEAR.findall(before)} \
-            | languages.BUILTINS.get(family, frozenset())
+        defined, imported = self._names_of(doc)
+        # ... and a builtin needs none, unless this file imports a name of that spelling from one
+        names -= defined | {a or b for a, b in BOUND_NEAR.findall(before)} \
+            | (languages.BUILTINS.get(family, frozenset()) - imported)
         picked = self.definers(names, family, exclude=exclude)
         # the last choice, less files since opened in the editor (their open text is used) or gone
         previous = [p for p in self._picks.get(doc.uri, []) if p not in exclude and p in self._files]
@@ -250,16 +253,21 @@ class WorkspaceIndex:
 
     def defined_in(self, doc) -> set[str]:
         """The names `doc` defines or binds, from an analysis at most STALE_DEFINITIONS edits old."""
+        return self._names_of(doc)[0]
+
+    def _names_of(self, doc) -> tuple[set[str], set[str]]:
+        """(defined or bound, imported) in `doc`, from an analysis at most STALE_DEFINITIONS edits old."""
         cached = self._defined.get(doc.uri)
         if cached is not None and 0 <= doc.version - cached[0] <= STALE_DEFINITIONS:
-            return cached[1]
+            return cached[1], cached[2]
         text, tree = doc.snapshot()
         if tree is None:
-            return set()
+            return set(), set()
         here = analyze(text, tree, doc.language)  # cached: the compressor asks for the same
         defined = set(here.symbols.keys()) | set(here.binds)
-        self._defined.put(doc.uri, (doc.version, defined))
-        return defined
+        imported = set(here.imports)
+        self._defined.put(doc.uri, (doc.version, defined, imported))
+        return defined, imported
 
     def documents_at(self, paths: list[str]) -> list:
         """Indexed files as Documents (read and parsed once per modification time)."""

@@ -69,3 +69,16 @@ def test_a_long_prefill_tries_another_count_on_its_first_chunk_only():
     chooser.record(1, 100, 0.1)
     chooser.record(2, 100, 0.5)
     assert chooser.pick(probe=False) == 1
+
+
+def test_fastest_runs_on_the_best_known_count_and_records_nothing():
+    chooser = PrefillThreads((1, 2))
+    before = torch.get_num_threads()
+    with chooser.fastest():
+        assert torch.get_num_threads() == 2  # nothing known yet: all the cores
+    chooser.record(1, 100, 0.01)
+    chooser.record(2, 100, 0.05)
+    runs, known = chooser.runs, dict(chooser.ms_per_unit)
+    with chooser.fastest():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before and chooser.runs == runs and chooser.ms_per_unit == known

@@ -229,3 +229,15 @@ def test_recent_rows_remember_the_last_areas_most_recent_first():
     assert doc.frozen().recent_rows == doc.recent_rows
     doc.apply_change("whole new text")  # a whole replacement says nothing of where
     assert doc.recent_rows == (250, 200, 150, 100)
+
+
+def test_edited_rows_follow_deletions_reversed_ranges_and_lone_carriage_returns():
+    doc = Document("file:///a.py", "x = 1\n" * 400, "python")
+    doc.apply_change("y", Position(150, 0), Position(150, 1))
+    doc.apply_change("y", Position(350, 0), Position(350, 1))
+    doc.apply_change("", Position(200, 0), Position(100, 0))  # a reversed range: lines 100-199 deleted
+    assert doc.recent_rows == (100, 250)  # 150 was deleted with them: its area is where they were
+    doc.apply_change("a\rb\r", Position(10, 0), Position(10, 0))  # lone CRs end lines too (LSP)
+    assert doc.recent_rows == (10, 102, 252)
+    doc.apply_change("z", Position(9999, 0), Position(9999, 0))  # past the end: clamped to the last line
+    assert doc.recent_rows[0] == doc.line_count - 1

@@ -4,6 +4,7 @@ process, with the scripted test engine behind the engine protocol (see conftest.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from pathlib import Path
@@ -421,7 +422,8 @@ async def test_status_breaks_each_answered_request_down_into_stages_that_add_up(
         assert total <= client_ms
 
 
-async def test_code_the_user_visited_in_another_file_becomes_context(tmp_path, lsp_session, lsp_status):
+async def test_code_the_user_visited_in_another_file_becomes_context(tmp_path, lsp_session, lsp_status, caplog):
+    caplog.set_level(logging.INFO, logger="memosight.server.lsp")
     functions = "".join(f"def helper_{i}(value):\n    return value * {i}\n\n\n" for i in range(200))
     async with lsp_session(tmp_path, init_options={"max_new_tokens": 3}) as client:
         notes = open_doc(client, tmp_path / "notes.py", functions)
@@ -433,7 +435,10 @@ async def test_code_the_user_visited_in_another_file_becomes_context(tmp_path, l
                     {"textDocument": {"uri": notes}, "line": "x"}, {"textDocument": {"uri": "file:///nope.py"}, "line": 1}):
             client.protocol.notify("memosight/visited", bad)  # ignored, with a log line
         client.protocol.notify("memosight/visited", {"textDocument": {"uri": notes}, "line": row})
-        await lsp_status(client)  # the notifications have been handled
+        status = await lsp_status(client)  # the notifications have been handled
+        assert list(status["recent_rows"].values()) == [[row]]  # the good one only (keys: the client's)
+        assert sum("memosight/visited: expected" in r.message for r in caplog.records) == 3
+        assert sum("which is not open" in r.message for r in caplog.records) == 1
         client.text_document_did_change(types.DidChangeTextDocumentParams(
             types.VersionedTextDocumentIdentifier(uri=main, version=2),
             [types.TextDocumentContentChangePartial(range=types.Range(types.Position(1, 7), types.Position(1, 7)),

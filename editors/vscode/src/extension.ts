@@ -157,7 +157,9 @@ class MemoSight implements vscode.Disposable {
     const params = visitedParams(document?.uri.toString(), document?.uri.scheme, document?.languageId,
       editor?.selection.active.line, LANGUAGES);
     if (params && this.client?.isRunning()) {
-      void this.client.sendNotification(VISITED_METHOD, params);
+      this.client.sendNotification(VISITED_METHOD, params).catch((error) => {
+        this.output.debug(`memosight/visited: ${error instanceof Error ? error.message : String(error)}`);
+      });
     }
   }
 

@@ -295,3 +295,16 @@ def test_an_open_file_redefining_a_builtin_is_no_definition_of_it():
     doc = Document("file:///pkg/main.py", python_module(40) + "\n\ndef use(v):\n    return str(v) + ", "python")
     packed = ContextCompressor().build(doc, len(doc.text), 300, 0.25, PIECES, [shim])
     assert "str = str" not in packed.prefix
+    own = Document("file:///pkg/files.py", "def open(path, mode='rb'):\n    return path\n", "python")
+    doc = Document("file:///pkg/main.py", "from .files import open\n" + python_module(40)
+                   + "\n\ndef use(v):\n    return open(v) + ", "python")
+    packed = ContextCompressor().build(doc, len(doc.text), 300, 0.25, PIECES, [own])
+    assert "def open(path, mode='rb'):" in packed.prefix  # imported: the project's own open
+
+
+def test_a_visit_to_far_code_of_this_file_brings_it_in_on_the_next_keystroke():
+    doc = Document("file:///pkg/main.py", python_module(60) + "\n\ndef use(items):\n    ", "python")
+    compressor = ContextCompressor()
+    assert "def helper_5(" not in compressor.build(doc, len(doc.text), 300, 0.25, PIECES).prefix
+    doc.recent_rows = (doc.text[:doc.text.index("def helper_5(")].count("\n") + 2,)  # the user looked there
+    assert "def helper_5(value, scale=5):" in compressor.build(doc, len(doc.text), 300, 0.25, PIECES).prefix

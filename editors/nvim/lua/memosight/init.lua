@@ -156,7 +156,10 @@ local function report_visits(client, bufnr)
     group = group,
     buffer = bufnr,
     callback = function()
-      send(vim.api.nvim_buf_get_mark(bufnr, "[")[1] - 1)
+      local row = vim.api.nvim_buf_get_mark(bufnr, "[")[1]
+      if vim.v.event.operator == "y" and row > 0 then -- a delete or change is an edit: the server saw it
+        send(row - 1)
+      end
     end,
   })
   vim.api.nvim_create_autocmd("BufLeave", {
