@@ -36,7 +36,8 @@ IDENTIFIER_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234567
 # and analysis cost 10-30 ms, and its definitions hardly change while the user types); the names
 # bound near the cursor since then are read off the text (BOUND_NEAR).
 STALE_DEFINITIONS = 64
-BOUND_NEAR = re.compile(r"\b(?:def|class|for|as|import|function|let|const|var|fn)\s+([A-Za-z_]\w*)"
+# (`import` is not among them: an imported name is defined in another file, the one to look for)
+BOUND_NEAR = re.compile(r"\b(?:def|class|for|as|function|let|const|var|fn)\s+([A-Za-z_]\w*)"
                         r"|\b([A-Za-z_]\w*)\s*(?::[^=\n]*)?=(?!=)")
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", "env", ".env",
                        "build", "dist", "target", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache",

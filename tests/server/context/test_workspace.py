@@ -137,3 +137,13 @@ def test_a_builtin_name_never_brings_in_another_file(tmp_path):
     assert index.documents_for(doc, len(doc.text), []) == []  # str and bytes are everyone's
     doc = Document((tmp_path / "main.py").as_uri(), "def f(v):\n    return helper_of_note(str(v))\n", "python")
     assert [d.path for d in index.documents_for(doc, len(doc.text), [])] == [str(tmp_path / "compat.py")]
+
+
+def test_a_name_imported_near_the_cursor_brings_the_file_defining_it(tmp_path):
+    (tmp_path / "files.py").write_text("def open(path, mode='rb'):\n    return path\n\n\ndef size_of(path):\n    return 0\n")
+    index = WorkspaceIndex(tmp_path)
+    index.scan()
+    for n, (imports, use) in enumerate((("from .files import size_of", "size_of(v)"),
+                                        ("from .files import open", "open(v)"))):  # the file's own `open`
+        doc = Document((tmp_path / f"main{n}.py").as_uri(), f"{imports}\n\n\ndef f(v):\n    return {use}\n", "python")
+        assert [d.path for d in index.documents_for(doc, len(doc.text), [])] == [str(tmp_path / "files.py")]
