@@ -85,7 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", help="auto, float32, bfloat16, float16, int8 (as in .memosight.toml)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cursors-out", metavar="FILE",
-                        help="append each next-line cursor's results to FILE (JSON lines), per context")
+                        help="write each next-line cursor's results to FILE (JSON lines: one a cursor and "
+                             "budget, per context)")
     add_json_argument(parser)
 
 

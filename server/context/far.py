@@ -59,14 +59,15 @@ def score_sources(doc, text: str, tree, cursor_row: int, used: set[str], other_d
     other_sources = []
     # a builtin name wants no other file's definition, unless this file imports one of that name
     builtin = languages.BUILTINS.get(languages.FAMILY.get(doc.language), frozenset()) - analysis.imports.keys()
+    used_elsewhere, shown_elsewhere = used - builtin, shown - builtin
     for other in sorted(other_docs, key=lambda o: o.path):
         other_text, other_tree = other.snapshot()
         if other_tree is None:
             continue
         other_analysis = analyze(other_text, other_tree, other.language)
         known |= other_analysis.symbols.keys()
-        other_scores = score_units(other_analysis, used - builtin, None, (), weights,
-                                   similarities(other_analysis, query) if similar else None, None, shown - builtin,
+        other_scores = score_units(other_analysis, used_elsewhere, None, (), weights,
+                                   similarities(other_analysis, query) if similar else None, None, shown_elsewhere,
                                    other.recent_rows)
         if any(other_scores):
             other_sources.append(Source(other.path, other_analysis, other_scores,

@@ -106,8 +106,9 @@ class ContextCompressor:
         # costs the whole prompt's KV cache, even where the function's extent shifts as it grows.
         # Where the user last worked below the near window (counted from the file's end, so that
         # lines typed above leave it as it was) scores the code there: a visit there is a new choice.
-        lines_total = text.count("\n", end_offset) + near_end
-        recent_below = tuple(lines_total - r for r in doc.recent_rows if r >= near_end)
+        below_rows = [r for r in doc.recent_rows if r >= near_end]
+        lines_total = text.count("\n", end_offset) + near_end if below_rows else 0  # only then
+        recent_below = tuple(lines_total - r for r in below_rows)
         suffix_key = (doc.uri, content_hash(text[cursor:]), budget, suffix_share, recent_below)
         kept_suffix = self._suffixes.get(suffix_key)
         if kept_suffix is not None:

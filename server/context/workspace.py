@@ -252,10 +252,6 @@ class WorkspaceIndex:
                                              else set()), depends))
         return self.documents_at(picked)
 
-    def defined_in(self, doc) -> set[str]:
-        """The names `doc` defines or binds, from an analysis at most STALE_DEFINITIONS edits old."""
-        return self._names_of(doc)[0]
-
     def _names_of(self, doc) -> tuple[set[str], set[str]]:
         """(defined or bound, imported) in `doc`, from an analysis at most STALE_DEFINITIONS edits old."""
         cached = self._defined.get(doc.uri)

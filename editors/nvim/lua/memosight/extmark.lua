@@ -28,6 +28,7 @@ local function call(client, method, ...)
   end
   return client[method](...)
 end
+M.call = call -- init.lua's requests and notifications go through it too
 
 --- The client capabilities to start the server with: the defaults, plus inline completion and the opt-in
 --- to partial results (the server streams only to clients that ask).

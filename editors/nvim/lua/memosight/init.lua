@@ -145,12 +145,8 @@ local function report_visits(client, bufnr)
     if client:is_stopped() then
       return
     end
-    local params = { textDocument = { uri = vim.uri_from_bufnr(bufnr) }, line = line }
-    if vim.fn.has("nvim-0.11") == 1 then
-      client:notify(VISITED_METHOD, params)
-    else
-      client.notify(VISITED_METHOD, params)
-    end
+    require("memosight.extmark").call(client, "notify", VISITED_METHOD,
+      { textDocument = { uri = vim.uri_from_bufnr(bufnr) }, line = line })
   end
   vim.api.nvim_create_autocmd("TextYankPost", {
     group = group,
@@ -237,9 +233,7 @@ function M.status(callback, bufnr)
     callback({ message = "MemoSight is not running for this buffer" }, nil)
     return
   end
-  -- client:request on 0.11+, client.request on 0.10
-  local request = vim.fn.has("nvim-0.11") == 1 and function(...) return client:request(...) end or client.request
-  request(STATUS_METHOD, vim.empty_dict(), function(err, result)
+  require("memosight.extmark").call(client, "request", STATUS_METHOD, vim.empty_dict(), function(err, result)
     callback(err, result)
   end, bufnr)
 end
