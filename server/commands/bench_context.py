@@ -187,7 +187,9 @@ def _table(out: dict) -> str:
             ("prefix stability while typing", fmt(out.get("stability_compressed"), True),
              fmt(out.get("stability_truncated"), True), f"{out.get('typing_keystrokes', 0)} keystrokes"),
             ("build time p50 / p95 (ms)", f"{out.get('build_ms_p50')} / {out.get('build_ms_p95')}", "-",
-             f"{out.get('file_lines')}-line file")]
+             f"{out.get('file_lines')}-line file"),
+            ("  ... first in a file just opened", f"{out.get('build_cold_ms_p50')} / {out.get('build_cold_ms_max')}",
+             "-", "p50 / max: parse and analysis")]
     lines.append(f"{'':<36} {'compressed':>12} {'truncated':>12}   note")
     lines.extend(f"{name:<36} {a:>12} {b:>12}   {note}" for name, a, b, note in rows)
     lines.append(f"({out['positions']} cursor positions at code lines; {out['far_identifiers']} far identifiers, "

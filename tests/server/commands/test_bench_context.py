@@ -24,6 +24,7 @@ def test_bench_context_runs_without_a_model(tmp_path, capsys):
     # While typing, the compressed prompt keeps more of its token prefix than a sliding window does.
     assert out["typing_keystrokes"] > 0 and out["stability_compressed"] > out["stability_truncated"]
     assert out["build_ms_p50"] > 0
+    assert 0 < out["build_cold_ms_p50"] <= out["build_cold_ms_max"]
     assert main(["bench", "context", "--corpus", str(tmp_path / "missing"), "--no-model"]) == 2
     assert capsys.readouterr().err.startswith(f"memosight: {tmp_path / 'missing'} is not a folder")
 
