@@ -10,11 +10,21 @@ How a layer computes depends on the device:
   other tokens verified beside it, and speculative decoding could not reproduce greedy decoding.
   Here a row's result depends on that row only, and integer sums are exact in any order.
   Where oneDNN's int8 kernels are there (x86), the weights are packed once into its layout
-  (`onednn.qlinear_prepack`): `torch._int_mm` repacks them on every call. Measured on this 2-core
+  (`onednn.qlinear_prepack`): `torch._int_mm` repacks them on every call. Measured on a 2-core
   Xeon (AMX), SmolLM2-135M's 30 layers, 1 thread: 20 ms a pass with `_int_mm` whether 1 or 32
   tokens, 10-12 ms packed for 1-16 tokens (15 for 32), against 31 ms (1 token) and 78 ms (16
   tokens) in float32. The kernel returns int32 sums times the weight's scale, exactly
   `acc.float() * scale`, whatever the batch (tested), and the row's own scale follows.
+- The activations enter the kernel as uint8 with a zero point of 128 (the int8 value plus 128),
+  which the kernel takes off exactly in int32. Signed int8 activations went to a slow path on a
+  2-core AMD EPYC with AVX2 only: 4.9 ms against 0.64 for SmolLM2's 576x1536 layer at one row,
+  150 against 29 ms for its output layer (float32: 0.74 and 83 ms), 1 thread, torch 2.13.
+- Without VNNI or AMX (AVX2, AVX-512 without VNNI) the kernel multiplies with `vpmaddubsw`, which
+  adds two uint8 x int8 products into a saturating int16: 255 x 127 x 2 overflows it, and the
+  layer came out 30% off its float layer there. So the kernel is probed once (`weight_levels`):
+  where it saturates, the weights use 7 bits (-63..63, a pair at most 255 x 63 x 2 = 32,130) and
+  every sum is exact again; where it does not, all 8. The emulated ISA (ONEDNN_MAX_CPU_ISA=AVX2
+  on an AMX machine) is probed like a real one.
 - CUDA (and `weight_only=True`): weight-only int8, the weights widened to the activations' dtype
   inside the multiply; memory is saved, the arithmetic stays in half precision.
 
@@ -23,6 +33,7 @@ The quality cost is not zero (the activations lose bits); `memosight bench quali
 
 from __future__ import annotations
 
+import functools
 import time
 
 import torch
@@ -43,6 +54,26 @@ PACKED_KERNELS = _has_packed_kernels()
 # against 0.27 for two; SmolLM2's k_proj 3.1 ms for one row against 0.06 for two). Fewer rows are
 # padded to this many, where every shape measured was fast.
 MIN_PACKED_ROWS = 4
+ZERO_POINT = 128  # the activations' int8 values enter the packed kernel shifted to uint8 (see above)
+
+
+@functools.cache
+def weight_levels() -> int:
+    """The largest weight magnitude whose products the packed kernel sums exactly: 127 where it
+    holds a pair of uint8 x int8 products (VNNI, AMX, or no packed kernel: `torch._int_mm`'s sums
+    are exact), 63 where it saturates them in int16 (AVX2). Probed on the kernel itself: loudest
+    activations times loudest weights, against the exact sum."""
+    if not PACKED_KERNELS:
+        return 127
+    k = 64
+    weight = torch.full((2, k), 127, dtype=torch.int8)
+    weight[1] = -127
+    packed = torch.ops.onednn.qlinear_prepack(weight, None)
+    loud = torch.full((1, k), 255, dtype=torch.uint8)  # int8 127 after the zero point
+    sums = torch.ops.onednn.qlinear_pointwise.default(
+        loud, 1.0, ZERO_POINT, packed, torch.ones(2), torch.zeros(2, dtype=torch.int32), None, 1.0, 0,
+        torch.float32, "none", [], "")
+    return 127 if torch.equal(sums, torch.tensor([[k * 127 * 127, -k * 127 * 127]], dtype=torch.float32)) else 63
 
 
 class Int8Linear(nn.Module):
@@ -52,8 +83,9 @@ class Int8Linear(nn.Module):
         if linear is None:  # filled in by `fused`
             return
         weight = linear.weight.detach().float()
-        scale = weight.abs().amax(dim=1).clamp_min(1e-8) / 127.0  # per output channel
-        self.register_buffer("qweight", torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8))
+        levels = weight_levels() if not weight_only else 127
+        scale = weight.abs().amax(dim=1).clamp_min(1e-8) / levels  # per output channel
+        self.register_buffer("qweight", torch.round(weight / scale[:, None]).clamp(-levels, levels).to(torch.int8))
         self.register_buffer("scale", scale)
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float())
         self.dtype = linear.weight.dtype  # the activations' dtype, which outputs keep
@@ -133,8 +165,8 @@ class Int8Linear(nn.Module):
             if count < MIN_PACKED_ROWS and (count > 1 or pad_single):  # see MIN_PACKED_ROWS
                 rows = torch.cat([rows, rows.new_zeros(MIN_PACKED_ROWS - count, in_features)])
             x_scale = rows.abs().amax(dim=1, keepdim=True).clamp_min_(1e-8).div_(127.0)  # per token
-            x_q = torch.round(rows / x_scale).to(torch.int8)
-            out = qlinear(x_q, 1.0, 0, packed, scale, zeros, None, 1.0, 0, torch.float32, "none", [], "")
+            x_q = torch.round(rows / x_scale).add_(ZERO_POINT).to(torch.uint8)  # -127..127 -> 1..255
+            out = qlinear(x_q, 1.0, ZERO_POINT, packed, scale, zeros, None, 1.0, 0, torch.float32, "none", [], "")
             if count < MIN_PACKED_ROWS:
                 out, x_scale = out[:count], x_scale[:count]
             out = out.mul_(x_scale).to(dtype)

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from . import kv
+from .auto_dtype import as_dtype, choose_cpu_dtype
 from .gguf import dequantized_folder, gguf_file
 from .int8 import quantize_int8
 from .local import LocalEngine
@@ -45,7 +46,8 @@ def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     """The dtype the model is loaded in; for "int8", that of its activations (its linear layers'
     weights are then quantized: engine/int8.py)."""
     if dtype in (None, "auto", "int8"):
-        # CPU kernels are fastest (and exact) in float32; on a GPU half precision halves the traffic.
+        # float32 on a CPU: exact, and what "auto" measures the others against (auto_dtype.py); on a
+        # GPU half precision halves the traffic.
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.float32
@@ -172,6 +174,15 @@ def _load_pretrained(source: str, local: bool, dtype: torch.dtype):
     return model, tokenizer
 
 
+def _model_key(source: str, local: bool) -> str:
+    """Names a model's weights for the per-machine dtype cache: a changed file is a new model."""
+    if not local:
+        return source
+    files = sorted(Path(source).glob("*.safetensors"))
+    return "|".join([str(Path(source).resolve())] + [f"{f.name}:{f.stat().st_size}:{int(f.stat().st_mtime)}"
+                                                     for f in files])
+
+
 def load_engine(model: str | None = None, device: str | None = None, dtype: str | None = None,
                 draft_model: str | None = None) -> LocalEngine:
     torch_device = pick_device(device)
@@ -179,16 +190,23 @@ def load_engine(model: str | None = None, device: str | None = None, dtype: str 
     source, local = _resolve(model)
     hf_model, tokenizer = _load_pretrained(source, local, torch_dtype)
     hf_model.to(torch_device)
-    if dtype == "int8":
-        quantize_int8(hf_model)
     if torch_device.type == "cpu":
         torch.set_num_threads(cpu_threads(hf_model))
+    choice = None
+    if dtype == "auto" and torch_device.type == "cpu":  # measured here, once per CPU and model
+        choice = choose_cpu_dtype(hf_model, tokenizer, _model_key(source, local))
+        dtype = choice.dtype
+        torch_dtype = pick_dtype(dtype, torch_device)
+        hf_model = as_dtype(hf_model, dtype)
+    elif dtype == "int8":
+        quantize_int8(hf_model)
     name = "default" if model is None else model
     drafters = [_load_draft(draft_model, tokenizer, name, torch_device, torch_dtype, dtype == "int8")] \
         if draft_model else []
     log.info("loaded %s on %s (%s%s)%s", name, torch_device, torch_dtype, ", int8 weights" if dtype == "int8" else "",
              f", drafted by {draft_model}" if draft_model else "")
-    engine = LocalEngine(hf_model, tokenizer, torch_device, name, source if local else None, drafters)
+    engine = LocalEngine(hf_model, tokenizer, torch_device, name, source if local else None, drafters,
+                         dtype_choice=choice.to_json() if choice else None)
     engine.warm_up()
     if torch_device.type == "cpu" and not os.environ.get("MEMOSIGHT_THREADS"):
         engine.prompt_cache.prefill_threads = PrefillThreads((torch.get_num_threads(), os.cpu_count() or 1))

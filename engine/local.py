@@ -24,6 +24,7 @@ from .fim import (
     read_model_options,
     render,
 )
+from .hardware import cpu_info
 from .healing import TokenBytes, back_up, last_word_chars
 from .int8 import is_int8
 from .memory import HeapTrimmer
@@ -85,8 +86,9 @@ class LocalEngine:
     MIN_SPECULATIVE_TOKENS = 3
 
     def __init__(self, model, tokenizer, device: torch.device, name: str, model_dir: str | None = None,
-                 drafters: list | None = None):
+                 drafters: list | None = None, dtype_choice: dict | None = None):
         self.model = model.eval()
+        self.dtype_choice = dtype_choice  # how dtype "auto" was decided on this CPU (auto_dtype.py)
         self.tokenizer = tokenizer
         self.device = device
         self.name = name
@@ -352,6 +354,8 @@ class LocalEngine:
             "model": self.name,
             "device": str(self.device),
             "dtype": "int8" if is_int8(self.model) else str(self.dtype).removeprefix("torch."),
+            "dtype_choice": self.dtype_choice,
+            "cpu": cpu_info().to_json() if self.device.type == "cpu" else None,
             "fim_template": self.fim.name,
             "fim_order": self.fim_order,
             "parameters": sum(p.numel() for p in self.model.parameters()),

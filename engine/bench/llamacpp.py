@@ -30,6 +30,18 @@ def gguf_of(model_dir: str | None) -> Path | None:
     return Path(file) if file and Path(file).is_file() else None
 
 
+def build_flags() -> str:
+    """What the installed llama-cpp-python was compiled with, as llama.cpp reports it (its CPU
+    features: AVX2, AVX512, AMX, ...): the label of its columns, which are not the native build's."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return "not installed"
+    info = llama_cpp.llama_print_system_info()
+    info = info.decode() if isinstance(info, bytes) else str(info)
+    return f"llama-cpp-python {llama_cpp.__version__}: " + " ".join(info.split())
+
+
 class LlamaCppDecoder:
     """Greedy decoding in llama.cpp, with or without its prompt-lookup drafts."""
 

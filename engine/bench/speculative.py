@@ -14,9 +14,12 @@ transformers' prompt-lookup decoding goes wrong when handed a prefilled cache (i
 matching greedy), so it runs from the bare prompt and its decoding time is its total time less
 transformers' prefill of the same prompt, measured just before it.
 
-For a model loaded from a GGUF file (or with `gguf=` given), llama.cpp runs in-process on that very
-file with the same thread count (bench/llamacpp.py): plain greedy (llama_greedy) and with its own
-prompt-lookup drafts (llama_prompt_lookup), on the same token ids, prefilled the same way.
+For a model loaded from a GGUF file (or with `gguf=` given), llama.cpp runs on that very file with
+the same thread count, on the same token ids, prefilled the same way: in-process through
+llama-cpp-python (bench/llamacpp.py; labelled with the build flags its wheel reports), plain greedy
+(llama_greedy) and with its own prompt-lookup drafts (llama_prompt_lookup); and, where it is built
+(build_llama_cpp.sh), llama.cpp's own llama-server compiled natively for this CPU
+(bench/llama_server.py): llama_server, the fair baseline that `vs llama.cpp` divides by.
 """
 
 from __future__ import annotations
@@ -35,14 +38,15 @@ from ..drafts.model import DraftModel
 from ..local import LocalEngine
 from ..speculate import Speculator
 from .common import cut_points, source_files, table
-from .llamacpp import LlamaCppDecoder, gguf_of
+from .llama_server import LlamaServerDecoder, native_bin_dir
+from .llamacpp import LlamaCppDecoder, build_flags, gguf_of
 
 # transformers' two greedy decoders, our plain loop, each draft source alone, and all of them.
 # spec_draft_model and hf_assisted (transformers' assisted generation with the same draft) run when
 # the engine was loaded with a draft model.
 # spec_draft_ngram: the draft model with the n-gram drafts, the pair the issue of draft models asks for.
 COMBOS = {"spec_draft_ngram": (DraftModel.name, "ngram")}
-LLAMA_METHODS = ("llama_greedy", "llama_prompt_lookup")
+LLAMA_METHODS = ("llama_greedy", "llama_prompt_lookup", "llama_server")
 METHODS = ("hf_greedy", "hf_prompt_lookup", "hf_assisted", *LLAMA_METHODS, "plain",
            *(f"spec_{source.name}" for source in SOURCES), f"spec_{DraftModel.name}", *COMBOS, "spec_all")
 
@@ -66,11 +70,14 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
     available = {d.name for d in engine.speculator.drafters}
     draft = engine.speculator.drafter(DraftModel.name)
     gguf = Path(gguf) if gguf else gguf_of(engine.model_dir)
+    bin_dir = native_bin_dir() if "llama_server" in methods else None
     methods = tuple(m for m in methods if (not m.startswith("spec_") or m == "spec_all"
                                            or set(_names(m)) <= available)
                     and (m != "hf_assisted" or draft is not None)
-                    and (m not in LLAMA_METHODS or (gguf is not None and engine.device.type == "cpu")))
-    llama = {m: LlamaCppDecoder(gguf, threads, prompt_lookup=m == "llama_prompt_lookup")
+                    and (m not in LLAMA_METHODS or (gguf is not None and engine.device.type == "cpu"))
+                    and (m != "llama_server" or bin_dir is not None))
+    llama = {m: LlamaServerDecoder(gguf, threads, bin_dir) if m == "llama_server"
+             else LlamaCppDecoder(gguf, threads, prompt_lookup=m == "llama_prompt_lookup")
              for m in methods if m in LLAMA_METHODS}
     rng = random.Random(seed)
     cases = []
@@ -164,7 +171,7 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
         return r["tokens"] / seconds if seconds else 0.0
 
     base = results.get("hf_greedy")
-    cpp = results.get("llama_greedy")
+    cpp = results.get("llama_server") or results.get("llama_greedy")  # native where built
     rows = []
     for method in methods:
         r = results[method]
@@ -201,6 +208,10 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
         decoder.close()
     return {"model": engine.name, "device": str(engine.device), "dtype": engine.status()["dtype"],
             "threads": threads, "prompts": len(cases), "gguf": str(gguf) if llama else None,
+            "llama_cpp": None if not llama else {
+                "baseline": "llama_server" if "llama_server" in llama else "llama_greedy",
+                "llama_server": str(bin_dir / "llama-server") if "llama_server" in llama else None,
+                "llama_cpp_python_build": build_flags() if set(llama) - {"llama_server"} else None},
             "prompt_tokens": [min(len(ids) for ids, _ in cases), max(len(ids) for ids, _ in cases)],
             "new_tokens": [min_new, max_new], "methods": rows, "keystroke_reuse": reuse, "floor": step_floor,
             "peak_memory_mb": round(peak_mb, 1)}
@@ -225,6 +236,12 @@ def render(summary: dict) -> str:
              f"{summary['threads']}  prompts {summary['prompts']} of {summary['prompt_tokens'][0]}-"
              f"{summary['prompt_tokens'][1]} tokens  new tokens {summary['new_tokens'][0]}-{summary['new_tokens'][1]}"
              + (f"  llama.cpp on {summary['gguf']}" if summary.get("gguf") else ""),
+             *([f"vs llama.cpp: against {summary['llama_cpp']['baseline']}"
+                + (" (llama-server built natively for this CPU)" if summary['llama_cpp']['llama_server'] else
+                   " (llama-cpp-python in-process: no native build here, run engine/bench/build_llama_cpp.sh)")
+                + (f"; llama-cpp-python's build: {summary['llama_cpp']['llama_cpp_python_build']}"
+                   if summary['llama_cpp']['llama_cpp_python_build'] else "")]
+               if summary.get("llama_cpp") else []),
              table(rows, [("method", "method"), ("tokens_per_s", "tok/s"), ("speedup", "speedup"),
                           ("tokens_per_step", "tok/step"), ("exact_match", "= greedy"),
                           ("plain_match", "= plain"),

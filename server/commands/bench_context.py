@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         out["budgets"] = {str(b): result for b, result in per_budget.items()}
     out.update(_needles(files, args, count_tokens))
     out.update(_typing(files, args, count_tokens, encode))
-    print_result(out, args.json, _table)
+    print_result(out, args.json, _table, cpu=True)
     return 0
 
 

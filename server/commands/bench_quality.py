@@ -63,5 +63,5 @@ def run(args: argparse.Namespace) -> int:
     for example in report.examples:
         say("\n".join([f"{example['path']}:{example['line']}", f"  target   {example['target']!r}"] +
                        [f"  {mode:<8} {example[mode]!r}" for mode in ("plain", "unhealed", "fim") if mode in example]))
-    print_result(asdict(report), args.json, lambda _: format_table(report))
+    print_result(asdict(report), args.json, lambda _: format_table(report), cpu=True)
     return 0

@@ -328,7 +328,8 @@ async def replay(args) -> dict:
     await lsp.stop()
     if args.plot:
         plot_breakdowns(results, args.plot)
-    return results[0] if len(results) == 1 else {"modes": results}
+    # the server's engine names the CPU it ran on (threads included)
+    return results[0] if len(results) == 1 else {"modes": results, "cpu": results[0].get("cpu")}
 
 
 def summarize(stats: Replay, before: dict, after: dict, functions: int) -> dict:
@@ -340,7 +341,8 @@ def summarize(stats: Replay, before: dict, after: dict, functions: int) -> dict:
     prompt = c1.get("prompt_tokens", 0) - c0.get("prompt_tokens", 0)
     reused = c1.get("reused_tokens", 0) - c0.get("reused_tokens", 0)
     return {
-        "model": after.get("model"), "device": after.get("device"), "functions": functions, "pause_ms": stats.pause_ms,
+        "model": after.get("model"), "device": after.get("device"), "dtype": after.get("dtype"),
+        "cpu": after.get("cpu"), "functions": functions, "pause_ms": stats.pause_ms,
         "requests": stats.requests, "answered": stats.answered, "with_suggestion": stats.with_items,
         "latency_ms": {"p50": pick(0.5), "p95": pick(0.95), "max": round(lat[-1], 1) if lat else None},
         "typed_through_share": round(delta["typed_through"] / stats.answered, 4) if stats.answered else 0.0,
@@ -391,5 +393,5 @@ def render(result: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     apply_pattern(args)
-    print_result(asyncio.run(replay(args)), args.json, render)
+    print_result(asyncio.run(replay(args)), args.json, render, cpu=True)
     return 0

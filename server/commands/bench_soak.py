@@ -186,7 +186,8 @@ async def soak(args) -> dict:
     faults = status.get("faults", {})
     popups = sum(1 for method, _ in test.notifications if method == "window/showMessage")
     return {
-        "model": status.get("model"), "device": status.get("device"), "fault_plan": args.faults,
+        "model": status.get("model"), "device": status.get("device"), "cpu": status.get("cpu"),
+        "fault_plan": args.faults,
         "duration_s": round(time.perf_counter() - started, 1),
         "keystrokes": stats.keystrokes, "documents_opened": stats.documents_opened,
         "requests": stats.requests, "answered": answered, "unanswered": stats.requests - answered,
@@ -429,5 +430,5 @@ def render(result: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    print_result(asyncio.run(soak(args)), args.json, render)
+    print_result(asyncio.run(soak(args)), args.json, render, cpu=True)
     return 0

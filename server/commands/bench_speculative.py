@@ -5,8 +5,9 @@ transformers `generate` greedy (the baseline), transformers prompt-lookup decodi
 and our speculative loop with each draft source alone and all combined. Methods take turns on every
 prompt, so machine noise falls on all of them alike. The main figures are decoding with the prompt
 already cached (what a keystroke costs once the KV cache is reused); "+prefill" adds each method's
-own prefill of the whole prompt (a cold prompt). For a GGUF model, llama.cpp in-process on the same
-file and thread count joins them (plain greedy and its prompt-lookup drafts). engine/bench/gpu.sh
+own prefill of the whole prompt (a cold prompt). For a GGUF model, llama.cpp on the same file and
+thread count joins them: in-process (plain greedy and its prompt-lookup drafts) and, where built
+(--build-llama-cpp), llama-server compiled natively for this CPU, the baseline. engine/bench/gpu.sh
 runs it on a CUDA GPU.
 """
 
@@ -34,6 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=0,
                         help="threads for every method, llama.cpp included (default: the engine's own choice)")
     parser.add_argument("--gguf", help="the GGUF file llama.cpp runs (default: the file --model names, if it is one)")
+    parser.add_argument("--build-llama-cpp", action="store_true",
+                        help="build llama.cpp's llama-server natively for this CPU first when it is not built "
+                        "(engine/bench/build_llama_cpp.sh; about 20 min on 2 cores, cached): the llama_server "
+                        "baseline runs only where that build exists")
     parser.add_argument("--methods", default="all", help="comma list, or 'all'")
     parser.add_argument("--seed", type=int, default=0)
     add_json_argument(parser)
@@ -49,6 +54,13 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"unknown method(s) {', '.join(sorted(unknown))}: choose from {', '.join(METHODS)}")
     if args.gguf and not Path(args.gguf).is_file():
         raise CommandError(f"--gguf {args.gguf!r} is not a file; give the GGUF file llama.cpp should run")
+    if args.build_llama_cpp:
+        from memosight.engine.bench.llama_server import native_bin_dir
+
+        try:
+            native_bin_dir(build=True)
+        except RuntimeError as exc:
+            raise CommandError(str(exc)) from exc
     engine = load_engine(args.model, device=args.device, dtype=args.dtype, draft_model=args.draft_model)
     try:
         with step_progress("prompts", unit="prompt") as on_step:
@@ -61,5 +73,5 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from exc
     except RuntimeError as exc:  # llama-cpp-python missing
         raise CommandError(str(exc)) from exc
-    print_result(summary, args.json, render)
+    print_result(summary, args.json, render, cpu=True)
     return 0

@@ -24,9 +24,19 @@ def add_json_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
-def print_result(result: dict, as_json: bool, render: Callable[[dict], str]) -> None:
-    """The result as one JSON object (--json), or as `render(result)` for a person."""
-    print(json.dumps(result) if as_json else render(result))
+def print_result(result: dict, as_json: bool, render: Callable[[dict], str], cpu: bool = False) -> None:
+    """The result as one JSON object (--json), or as `render(result)` for a person. `cpu`: a figure
+    holds for the CPU it was taken on, so a benchmark's result names it (key `cpu`, a last line)."""
+    if cpu:
+        from memosight.engine.hardware import cpu_info
+
+        result = {**result, "cpu": result.get("cpu") or cpu_info().to_json()}
+    text = json.dumps(result) if as_json else render(result)
+    if cpu and not as_json:
+        c = result["cpu"]
+        text += (f"\ncpu: {c['model_name']}, torch {c['capability']}, oneDNN {c['onednn_isa']}, "
+                 f"{c['threads']} of {c['cores']} threads")
+    print(text)
 
 
 def say(message: str) -> None:

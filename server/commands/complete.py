@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
                           "load_ms": round(load_ms, 1),
                           "prompt_tokens": suggestion.prompt_tokens if suggestion else None,
                           "stop_reason": suggestion.stop_reason if suggestion else None,
-                          "model": status["model"], "device": status["device"], "dtype": status["dtype"]}))
+                          "model": status["model"], "device": status["device"], "dtype": status["dtype"],
+                          "dtype_choice": status.get("dtype_choice"), "cpu": status.get("cpu")}))
     else:
         line, col = args.cursor.line, args.cursor.column
         print(f"{args.cursor.path}:{line}:{col}  model={status['model']} device={status['device']} "

@@ -4,8 +4,18 @@ decoding of an int8 model equal to that model's own greedy decoding."""
 import pytest
 import torch
 from memosight.engine import load_engine
-from memosight.engine.int8 import Int8Linear, is_int8, quantize_int8
+from memosight.engine.int8 import PACKED_KERNELS, Int8Linear, is_int8, quantize_int8, weight_levels
 from torch import nn
+
+
+def exact_int8_product(q: Int8Linear, x: torch.Tensor) -> torch.Tensor:
+    """What the layer must compute: the same per-token quantized activations times the int8
+    weights, summed in int64 (no saturation anywhere), scaled back."""
+    x_scale = x.float().abs().amax(dim=1, keepdim=True).clamp_min(1e-8) / 127.0
+    x_q = torch.round(x.float() / x_scale).long()
+    sums = x_q @ q.qweight.long().t()
+    out = sums.double() * q.scale.double() * x_scale.double()
+    return out if q.bias is None else out + q.bias.double()
 
 
 @pytest.mark.parametrize("weight_only", [False, True])
@@ -19,6 +29,48 @@ def test_an_int8_layer_is_close_to_its_float_layer(weight_only):
     assert got.shape == expected.shape and got.dtype == expected.dtype
     assert (got - expected).abs().max() / expected.abs().max() < 0.03
     assert torch.allclose(q.weight, linear.weight, atol=float(linear.weight.abs().max()) / 100)
+
+
+def test_the_integer_sums_are_exact_even_for_the_loudest_values():
+    # AVX2's vpmaddubsw adds two uint8 x int8 products into a saturating int16: with 8-bit weights
+    # a loud token (every activation at 127) times loud weights overflowed it and the layer was 30%
+    # off. weight_levels() probes for that; whatever it chose, the sums must be the exact ones.
+    torch.manual_seed(0)
+    linear = nn.Linear(256, 96, bias=True).requires_grad_(False)
+    linear.weight[:8] = torch.sign(torch.randn(8, 256))  # rows at full scale: every weight is +-levels
+    q = Int8Linear(linear)
+    assert int(q.qweight.abs().max()) == weight_levels()
+    x = torch.randn(6, 256)
+    x[0] = 1.0  # every activation at the top of its range
+    x[1] = torch.sign(linear.weight[0])  # each product at its largest, all of one sign
+    got = q(x).double()
+    expected = exact_int8_product(q, x)
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-4), (got - expected).abs().max()
+
+
+@pytest.mark.skipif(not PACKED_KERNELS, reason="no oneDNN int8 kernels here: torch._int_mm's sums are exact")
+def test_the_weight_levels_match_what_the_kernel_can_hold():
+    # 8-bit weights only where a pair of the loudest products fits the kernel's arithmetic
+    assert weight_levels() in (63, 127)
+    levels = weight_levels()
+    probe = nn.Linear(64, 1, bias=False).requires_grad_(False)
+    probe.weight.fill_(1.0)
+    q = Int8Linear(probe)
+    assert float(q(torch.ones(1, 64))) == pytest.approx(64.0, rel=1e-6)  # 64 x levels x 127, scaled back
+    assert int(q.qweight.max()) == levels
+
+
+def test_an_int8_layer_with_outlier_channels_stays_close_to_float():
+    # real activations have a few loud channels (after a norm, a handful 10-50x the rest), which set
+    # each token's scale: the quiet channels lose the most there
+    torch.manual_seed(1)
+    linear = nn.Linear(512, 256, bias=False).requires_grad_(False)
+    x = torch.randn(16, 512)
+    x[:, :4] *= 20
+    q = Int8Linear(linear)
+    expected = linear(x)
+    error = (q(x) - expected).norm() / expected.norm()
+    assert error < 0.05, error
 
 
 def test_a_tokens_result_does_not_depend_on_the_tokens_beside_it():

@@ -1,0 +1,104 @@
+"""dtype "auto" on a CPU: a candidate is chosen only when it agrees with float32 and is measured
+faster; the choice is cached per CPU and model; bfloat16 stays close to float32 where it runs."""
+
+import copy
+import json
+
+import pytest
+import torch
+from memosight.engine import auto_dtype, load_engine
+from memosight.engine.auto_dtype import MIN_AGREEMENT, as_dtype, choose_cpu_dtype, measure, probe_ids
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+
+@pytest.fixture
+def float_model(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMOSIGHT_CACHE", str(tmp_path))
+    return tmp_path / "dtype-choices.json"
+
+
+def test_float32_is_always_measured_and_each_candidate_checked_against_it(float_model):
+    model, tokenizer = float_model
+    choice = measure(model, tokenizer, native_bfloat16=False)
+    assert choice.dtype in ("float32", "int8")
+    assert choice.keystroke_ms["float32"] > 0 and "bfloat16" not in choice.agreement  # not native: no candidate
+    assert 0.0 <= choice.agreement["int8"] <= 1.0
+    if choice.dtype == "int8":
+        assert choice.agreement["int8"] >= MIN_AGREEMENT
+        assert choice.keystroke_ms["int8"] * auto_dtype.MIN_SPEEDUP <= choice.keystroke_ms["float32"]
+
+
+def test_a_candidate_that_disagrees_with_float32_is_never_chosen_however_fast(float_model, monkeypatch):
+    model, tokenizer = float_model
+
+    def broken(model, dtype):  # a "fast" dtype whose outputs are wrong
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(torch.randn_like(p))
+        return model
+
+    monkeypatch.setattr(auto_dtype, "as_dtype", broken)
+    monkeypatch.setattr(auto_dtype, "_keystroke_ms", lambda m, ids: 1.0 if m is model else 0.001)
+    choice = measure(model, tokenizer, native_bfloat16=True)
+    assert choice.dtype == "float32"
+    assert choice.agreement["int8"] < MIN_AGREEMENT and set(choice.keystroke_ms) == {"float32"}
+
+
+def test_a_right_candidate_is_chosen_only_when_clearly_faster(float_model, monkeypatch):
+    model, tokenizer = float_model
+    monkeypatch.setattr(auto_dtype, "as_dtype", lambda m, dtype: m)  # the same outputs: agreement 1.0
+    timings = iter([10.0, 9.5])  # float32, then int8 only 5% faster: inside the noise
+    monkeypatch.setattr(auto_dtype, "_keystroke_ms", lambda m, ids: next(timings))
+    assert measure(model, tokenizer, native_bfloat16=False).dtype == "float32"
+    timings = iter([10.0, 5.0])
+    choice = measure(model, tokenizer, native_bfloat16=False)
+    assert choice.dtype == "int8" and choice.agreement["int8"] == 1.0
+
+
+def test_the_choice_is_measured_once_per_cpu_and_model(float_model, cache, monkeypatch):
+    model, tokenizer = float_model
+    first = choose_cpu_dtype(model, tokenizer, "model-a")
+    assert not first.cached and cache.is_file()
+    assert first.cpu["model_name"] and first.cpu["onednn_isa"]
+    monkeypatch.setattr(auto_dtype, "measure", lambda *a, **k: pytest.fail("measured again"))
+    again = choose_cpu_dtype(model, tokenizer, "model-a")
+    assert again.cached and again.dtype == first.dtype and again.keystroke_ms == first.keystroke_ms
+    monkeypatch.undo()
+    monkeypatch.setenv("MEMOSIGHT_CACHE", str(cache.parent))
+    choose_cpu_dtype(model, tokenizer, "model-b")  # another model: measured
+    assert len(json.loads(cache.read_text())) == 2
+
+
+def test_a_broken_cache_file_is_measured_over(float_model, cache):
+    model, tokenizer = float_model
+    cache.write_text("{not json")
+    assert not choose_cpu_dtype(model, tokenizer, "model-a").cached
+    assert len(json.loads(cache.read_text())) == 1
+
+
+def test_an_auto_engine_runs_in_the_chosen_dtype_and_says_why(tiny_model_dir, cache):
+    engine = load_engine(str(tiny_model_dir), dtype="auto")
+    status = engine.status()
+    assert status["dtype"] == status["dtype_choice"]["dtype"]
+    assert status["cpu"]["capability"] == torch.backends.cpu.get_cpu_capability()
+    ids = engine.prompt_ids("def add(a, b):\n    return", "")
+    assert engine.generate(ids, 16, speculative=True) == engine.generate(ids, 16, speculative=False)
+    assert load_engine(str(tiny_model_dir), dtype="auto").status()["dtype_choice"]["cached"]
+
+
+def test_bfloat16_stays_close_to_float32_on_this_cpu(float_model):
+    # numerics against the float reference on whatever CPU runs this (and on an emulated AVX2 one:
+    # test_emulated_isa.py), whether or not bfloat16 has a native path here
+    model, tokenizer = float_model
+    ids = torch.tensor([probe_ids(tokenizer)[:64]])
+    with torch.no_grad():
+        reference = model(ids).logits
+        got = as_dtype(copy.deepcopy(model), "bfloat16")(ids).logits.float()
+    error = (got - reference).norm() / reference.norm()
+    assert error < 0.05, error
