@@ -36,6 +36,7 @@ from .int8 import quantize_int8
 
 log = logging.getLogger(__name__)
 
+MAX_CACHED = 64  # choices kept in the cache file, the oldest dropped first (test models come and go)
 MIN_AGREEMENT = 0.98  # next-token agreement with float32 a candidate needs on the probe
 MIN_SPEEDUP = 1.10  # how much faster than float32 a candidate must be to be chosen
 PROBE_TOKENS = 256  # the probe's length for agreement; timing uses its first 128
@@ -66,7 +67,7 @@ def choose_cpu_dtype(model, tokenizer, model_key: str) -> DtypeChoice:
     choice = measure(model, tokenizer, native_bfloat16=cpu.native_bfloat16)
     choice.cpu = cpu.to_json()
     known[key] = {k: v for k, v in choice.to_json().items() if k != "cached"}
-    _write(path, known)
+    _write(path, dict(list(known.items())[-MAX_CACHED:]))  # dicts keep insertion order: oldest first
     log.info("dtype auto on %s: %s (keystroke ms %s, agreement %s)", cpu, choice.dtype, choice.keystroke_ms,
              choice.agreement)
     return choice

@@ -53,6 +53,11 @@ class QualityReport:
     fim_order: str  # psm or spm
     seconds: float
     examples: list[dict] = field(default_factory=list)
+    dtype: str = "float32"  # what the engine ran in (int8's cost is read against a float32 reference)
+    reference_dtype: str | None = None  # the same model in another dtype, run on the same windows
+    reference_loss: float | None = None
+    reference_bits_per_char: float | None = None
+    agreement_with_reference: float | None = None  # share of positions with the reference's greedy token
 
 
 def sample_lines(path: str, text: str, per_file: int, rng) -> list[LineSample]:
@@ -109,10 +114,25 @@ def bits_per_char(engine: LocalEngine, windows: torch.Tensor, loss: float, token
     return loss * tokens / math.log(2) / max(chars, 1)
 
 
+def next_token_agreement(model, reference, windows: torch.Tensor, batch_size: int = 8) -> float:
+    """The share of positions where `model`'s greedy next token is `reference`'s: how often a
+    quantized model would decode what its float original decodes, one step from the same text."""
+    same = count = 0
+    with torch.inference_mode():
+        for i in range(0, len(windows), batch_size):
+            x = windows[i:i + batch_size, :-1]
+            same += (model(input_ids=x).logits.argmax(-1) == reference(input_ids=x).logits.argmax(-1)).sum().item()
+            count += x.numel()
+    return same / max(count, 1)
+
+
 def run_quality(corpus_dir: str, engine: LocalEngine, *, max_files: int | None = None,
                 extensions: tuple[str, ...] = (".py",), seq_len: int = 1024, max_tokens: int = 100_000,
                 lines_per_file: int = 4, prefix_tokens: int = 768, suffix_tokens: int = 192,
-                max_new_tokens: int = 48, seed: int = 0, examples: int = 0) -> QualityReport:
+                max_new_tokens: int = 48, seed: int = 0, examples: int = 0,
+                reference: LocalEngine | None = None) -> QualityReport:
+    """`reference`: the same model in another dtype (float32 beside int8): its loss on the same
+    windows, and how often the two agree on the next token."""
     started = time.time()
     files = read_folder(corpus_dir, extensions=extensions, max_files=max_files)
     if not files:
@@ -122,6 +142,13 @@ def run_quality(corpus_dir: str, engine: LocalEngine, *, max_files: int | None =
     with torch.inference_mode():
         held_out = evaluate(engine.model, windows, autocast=False)
     bpc = bits_per_char(engine, windows, held_out.loss, held_out.tokens)
+    compared = {}
+    if reference is not None:
+        with torch.inference_mode():
+            ref = evaluate(reference.model, windows, autocast=False)
+        compared = {"reference_dtype": reference.status()["dtype"], "reference_loss": ref.loss,
+                    "reference_bits_per_char": bits_per_char(reference, windows, ref.loss, ref.tokens),
+                    "agreement_with_reference": next_token_agreement(engine.model, reference.model, windows)}
 
     rng = random.Random(seed)
     samples = [s for f in files for s in sample_lines(f.path, f.text, lines_per_file, rng)]
@@ -144,7 +171,7 @@ def run_quality(corpus_dir: str, engine: LocalEngine, *, max_files: int | None =
     return QualityReport(engine.name, str(corpus_dir), len(files), held_out.tokens, held_out.loss, bpc,
                          held_out.accuracy, len(samples), hits["plain"] / n, hits["unhealed"] / n,
                          right_chars / max(total_chars, 1), hits["fim"] / n if engine.fim.has_fim else None,
-                         engine.fim_order, time.time() - started, shown)
+                         engine.fim_order, time.time() - started, shown, engine.status()["dtype"], **compared)
 
 
 def format_table(report: QualityReport) -> str:
@@ -162,5 +189,10 @@ def format_table(report: QualityReport) -> str:
          if report.next_line_fim_exact is not None else "- (the model has no FIM tokens)"),
         ("wall time", f"{report.seconds:.1f} s"),
     ]
+    if report.reference_dtype:
+        change = report.bits_per_char / report.reference_bits_per_char - 1
+        rows[3:3] = [(f"  {report.reference_dtype} on the same text", f"{report.reference_bits_per_char:.3f} "
+                      f"({change:+.1%} in {report.dtype})"),
+                     (f"  next token as {report.reference_dtype}'s", f"{report.agreement_with_reference:.2%}")]
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
     parser.add_argument("--dtype", default="float32", help="float32 (default) | int8 | bfloat16 | float16: "
                                                              "int8's quality cost is float32's figures beside it")
+    parser.add_argument("--against", metavar="DTYPE", help="also load the model in DTYPE (e.g. float32 beside "
+                        "--dtype int8): its bits/char on the same text and the share of next tokens the two agree on")
     add_json_argument(parser)
     parser.add_argument("--max-files", type=int, help="evaluate at most this many files (sorted by path)")
     parser.add_argument("--ext", action="append", help="file extension to read, repeatable (default .py)")
@@ -50,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.corpus).is_dir():
         raise CommandError(f"corpus folder {args.corpus!r} does not exist; give a folder of source files")
     engine = load_engine(args.model, device=args.device, dtype=args.dtype)  # a model that fails: EngineError
+    reference = load_engine(args.model, device=args.device, dtype=args.against) if args.against else None
     if args.fim_order:
         engine.fim_order = args.fim_order
     try:
@@ -57,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
                              extensions=tuple(args.ext or [".py"]), seq_len=args.seq_len, max_tokens=args.max_tokens,
                              lines_per_file=args.lines_per_file, prefix_tokens=args.prefix_tokens,
                              suffix_tokens=args.suffix_tokens, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                             examples=args.show)
+                             examples=args.show, reference=reference)
     except FileNotFoundError as exc:  # no files of that kind
         raise CommandError(str(exc)) from exc
     for example in report.examples:

@@ -36,3 +36,20 @@ def test_line_completer_is_greedy_until_the_line_ends(tiny_model_dir):
 
 def test_correct_prefix_counts_matching_characters():
     assert quality.correct_prefix("return x + 1", "return x - 1") == 9 and quality.correct_prefix("", "x") == 0
+
+
+def test_int8_is_read_against_float32_on_the_same_windows(tiny_model_dir, tmp_path):
+    from memosight.engine import load_engine
+
+    from ...conftest import SAMPLE_CODE
+
+    (tmp_path / "a.py").write_text(SAMPLE_CODE)
+    float32 = load_engine(str(tiny_model_dir), device="cpu")
+    itself = quality.run_quality(str(tmp_path), float32, seq_len=64, lines_per_file=0, reference=float32)
+    assert itself.agreement_with_reference == 1.0 and itself.reference_loss == itself.loss
+    assert itself.reference_dtype == itself.dtype == "float32"
+    int8 = load_engine(str(tiny_model_dir), device="cpu", dtype="int8")
+    report = quality.run_quality(str(tmp_path), int8, seq_len=64, lines_per_file=0, reference=float32)
+    assert report.dtype == "int8" and report.reference_bits_per_char == itself.bits_per_char
+    assert 0.0 < report.agreement_with_reference <= 1.0
+    assert "next token as float32's" in quality.format_table(report)
