@@ -209,14 +209,19 @@ def llama_server(embedded_gguf):
 
 @pytest.fixture(scope="session")
 def llama_cpp_server(embedded_gguf):
-    """llama.cpp's own `llama-server` (it serves /infill): $MEMOSIGHT_LLAMA_SERVER or `llama-server` on
-    the PATH; no wheel ships it, so the tests that need it skip where it was not built (the README
-    says how). (its base URL, its log)."""
+    """llama.cpp's own `llama-server` (it serves /infill): $MEMOSIGHT_LLAMA_SERVER, the native build of
+    engine/bench/build_llama_cpp.sh for this CPU, or `llama-server` on the PATH; no wheel ships it,
+    so the tests that need it skip where it was not built. (its base URL, its log)."""
     import shutil
 
-    binary = os.environ.get("MEMOSIGHT_LLAMA_SERVER") or shutil.which("llama-server")
+    from memosight.engine.bench.llama_server import native_bin_dir
+
+    native = native_bin_dir()
+    binary = os.environ.get("MEMOSIGHT_LLAMA_SERVER") or (native and str(native / "llama-server")) \
+        or shutil.which("llama-server")
     if not binary:
-        pytest.skip("llama.cpp's llama-server is not built here (set MEMOSIGHT_LLAMA_SERVER to it)")
+        pytest.skip("llama.cpp's llama-server is not built here (run engine/bench/build_llama_cpp.sh, or set "
+                    "MEMOSIGHT_LLAMA_SERVER to one)")
     port, log_path = _free_port(), embedded_gguf.parent / "llama-server.log"
     url = f"http://127.0.0.1:{port}"
     process, log = _serve([binary, "-m", str(embedded_gguf), "--port", str(port), "-c", "2048", "-t", "1",

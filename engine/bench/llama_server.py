@@ -24,11 +24,11 @@ BUILD_SCRIPT = Path(__file__).with_name("build_llama_cpp.sh")
 
 
 def native_bin_dir(build: bool = False) -> Path | None:
-    """The folder holding the native llama-server and llama-bench: $MEMOSIGHT_LLAMA_CPP_BIN, else
-    the cached build for this CPU; `build`: build it when missing (about 20 min on 2 cores)."""
-    if os.environ.get("MEMOSIGHT_LLAMA_CPP_BIN"):
-        folder = Path(os.environ["MEMOSIGHT_LLAMA_CPP_BIN"]).expanduser()
-        return folder if (folder / "llama-server").is_file() else None
+    """The folder holding the native llama-server: that of $MEMOSIGHT_LLAMA_SERVER (a llama-server
+    binary), else the cached build for this CPU; `build`: build it when missing (~20 min on 2 cores)."""
+    if os.environ.get("MEMOSIGHT_LLAMA_SERVER"):
+        binary = Path(os.environ["MEMOSIGHT_LLAMA_SERVER"]).expanduser()
+        return binary.parent if binary.is_file() else None
     args = ["bash", str(BUILD_SCRIPT)] + ([] if build else ["--check"])
     run = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if run.returncode != 0:
