@@ -32,10 +32,11 @@ import torch
 from . import kv
 from .gguf import cache_root
 from .hardware import cpu_info
-from .int8 import quantize_int8
+from .int8 import calibration_ids, quantize_int8
 
 log = logging.getLogger(__name__)
 
+METHOD = "2"  # changes when the candidates or how they compute change: older choices are measured again
 MAX_CACHED = 64  # choices kept in the cache file, the oldest dropped first (test models come and go)
 MIN_AGREEMENT = 0.98  # next-token agreement with float32 a candidate needs on the probe
 MIN_SPEEDUP = 1.10  # how much faster than float32 a candidate must be to be chosen
@@ -59,7 +60,7 @@ class DtypeChoice:
 def choose_cpu_dtype(model, tokenizer, model_key: str) -> DtypeChoice:
     """The dtype `model` (loaded in float32) should run in on this CPU; reads or fills the cache."""
     cpu = cpu_info()
-    key = f"{cpu.key}|{model_key}"
+    key = f"{cpu.key}|{METHOD}|{model_key}"
     path = cache_root() / "dtype-choices.json"
     known = _read(path)
     if key in known:
@@ -80,7 +81,7 @@ def measure(model, tokenizer, native_bfloat16: bool) -> DtypeChoice:
     choice = DtypeChoice("float32", keystroke_ms={"float32": _keystroke_ms(model, ids)})
     candidates = ["int8"] + (["bfloat16"] if native_bfloat16 else [])
     for name in candidates:
-        candidate = as_dtype(copy.deepcopy(model), name)
+        candidate = as_dtype(copy.deepcopy(model), name, tokenizer)
         choice.agreement[name] = round(float((_next_tokens(candidate, ids) == reference).float().mean()), 4)
         if choice.agreement[name] >= MIN_AGREEMENT:
             choice.keystroke_ms[name] = _keystroke_ms(candidate, ids)
@@ -91,10 +92,10 @@ def measure(model, tokenizer, native_bfloat16: bool) -> DtypeChoice:
     return choice
 
 
-def as_dtype(model, dtype: str):
-    """`model` (float32) turned into `dtype`, in place."""
+def as_dtype(model, dtype: str, tokenizer):
+    """`model` (float32) turned into `dtype`, in place (int8 calibrated on `tokenizer`'s ids)."""
     if dtype == "int8":
-        return quantize_int8(model)
+        return quantize_int8(model, calibration=calibration_ids(tokenizer))
     if dtype == "bfloat16":
         return model.to(torch.bfloat16)
     return model

@@ -13,7 +13,7 @@ import torch
 from . import kv
 from .auto_dtype import as_dtype, choose_cpu_dtype
 from .gguf import dequantized_folder, gguf_file
-from .int8 import quantize_int8
+from .int8 import calibration_ids, quantize_int8
 from .local import LocalEngine
 from .protocol import ModelLoadError
 from .threads import PrefillThreads
@@ -128,7 +128,7 @@ def _load_draft(draft_model: str, tokenizer, target: str, device: torch.device, 
     source, local = _resolve(draft_model)
     model, draft_tokenizer = _load_pretrained(source, local, dtype)
     if int8:
-        quantize_int8(model.to(device))
+        quantize_int8(model.to(device), calibration=calibration_ids(draft_tokenizer))
     if draft_tokenizer.get_vocab() != tokenizer.get_vocab():
         raise ModelLoadError(f"draft model {draft_model!r} has another tokenizer than {target!r}; a draft model "
                              "must share the target's vocabulary (train one with `memosight train draft`)")
@@ -197,9 +197,9 @@ def load_engine(model: str | None = None, device: str | None = None, dtype: str 
         choice = choose_cpu_dtype(hf_model, tokenizer, _model_key(source, local))
         dtype = choice.dtype
         torch_dtype = pick_dtype(dtype, torch_device)
-        hf_model = as_dtype(hf_model, dtype)
+        hf_model = as_dtype(hf_model, dtype, tokenizer)
     elif dtype == "int8":
-        quantize_int8(hf_model)
+        quantize_int8(hf_model, calibration=calibration_ids(tokenizer))
     name = "default" if model is None else model
     drafters = [_load_draft(draft_model, tokenizer, name, torch_device, torch_dtype, dtype == "int8")] \
         if draft_model else []

@@ -37,7 +37,7 @@ def test_float32_is_always_measured_and_each_candidate_checked_against_it(float_
 def test_a_candidate_that_disagrees_with_float32_is_never_chosen_however_fast(float_model, monkeypatch):
     model, tokenizer = float_model
 
-    def broken(model, dtype):  # a "fast" dtype whose outputs are wrong
+    def broken(model, dtype, tokenizer):  # a "fast" dtype whose outputs are wrong
         with torch.no_grad():
             for p in model.parameters():
                 p.copy_(torch.randn_like(p))
@@ -52,7 +52,7 @@ def test_a_candidate_that_disagrees_with_float32_is_never_chosen_however_fast(fl
 
 def test_a_right_candidate_is_chosen_only_when_clearly_faster(float_model, monkeypatch):
     model, tokenizer = float_model
-    monkeypatch.setattr(auto_dtype, "as_dtype", lambda m, dtype: m)  # the same outputs: agreement 1.0
+    monkeypatch.setattr(auto_dtype, "as_dtype", lambda m, dtype, tokenizer: m)  # the same outputs: agreement 1.0
     timings = iter([10.0, 9.5])  # float32, then int8 only 5% faster: inside the noise
     monkeypatch.setattr(auto_dtype, "_keystroke_ms", lambda m, ids: next(timings))
     assert measure(model, tokenizer, native_bfloat16=False).dtype == "float32"
@@ -99,6 +99,6 @@ def test_bfloat16_stays_close_to_float32_on_this_cpu(float_model):
     ids = torch.tensor([probe_ids(tokenizer)[:64]])
     with torch.no_grad():
         reference = model(ids).logits
-        got = as_dtype(copy.deepcopy(model), "bfloat16")(ids).logits.float()
+        got = as_dtype(copy.deepcopy(model), "bfloat16", tokenizer)(ids).logits.float()
     error = (got - reference).norm() / reference.norm()
     assert error < 0.05, error

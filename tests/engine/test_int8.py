@@ -73,6 +73,55 @@ def test_an_int8_layer_with_outlier_channels_stays_close_to_float():
     assert error < 0.05, error
 
 
+def loud_channel_layer(seed: int = 0):
+    """A layer whose input has a few channels 30x louder than the rest, as real activations do,
+    with those channels' absmax as a calibration pass would find them."""
+    torch.manual_seed(seed)
+    linear = nn.Linear(256, 64, bias=True).requires_grad_(False)
+    loudness = torch.ones(256)
+    loudness[[3, 50, 77, 200]] = 30.0
+
+    def inputs(rows):
+        return torch.randn(rows, 256) * loudness
+
+    return linear, inputs, inputs(64).abs().amax(dim=0)
+
+
+def test_loud_channels_kept_apart_bring_the_layer_closer_to_float():
+    linear, inputs, absmax = loud_channel_layer()
+    x = inputs(32)
+    expected = linear(x)
+    one_group = (Int8Linear(linear)(x) - expected).norm() / expected.norm()
+    two_groups = (Int8Linear(linear, input_absmax=absmax)(x) - expected).norm() / expected.norm()
+    assert two_groups < one_group / 2, (two_groups, one_group)
+    q = Int8Linear(linear, input_absmax=absmax)
+    assert set(q.outliers.tolist()) >= {3, 50, 77, 200}
+    assert torch.allclose(q.weight, linear.weight, atol=float(linear.weight.abs().max()) / 50)
+
+
+def test_with_loud_channels_apart_a_token_still_does_not_depend_on_its_neighbours():
+    linear, inputs, absmax = loud_channel_layer(1)
+    q = Int8Linear(linear, input_absmax=absmax)
+    batch = inputs(9)
+    batch[0] *= 50
+    full = q(batch)
+    for count in range(1, 9):
+        assert torch.equal(q(batch[:count]), full[:count])
+    assert torch.equal(q(batch[4:5]), full[4:5])
+
+
+def test_fused_projections_compute_what_each_computes_alone():
+    linear, inputs, absmax = loud_channel_layer(2)
+    other = nn.Linear(256, 32, bias=True).requires_grad_(False)
+    a, b = Int8Linear(linear, input_absmax=absmax), Int8Linear(other, input_absmax=absmax)
+    x = inputs(5)
+    alone = torch.cat([a(x), b(x)], dim=-1)
+    fused = Int8Linear.fused([a, b])
+    assert torch.equal(fused(x), alone)
+    with pytest.raises(ValueError):
+        Int8Linear.fused([Int8Linear(linear, input_absmax=absmax), Int8Linear(other)])
+
+
 def test_a_tokens_result_does_not_depend_on_the_tokens_beside_it():
     # per-tensor activation scales (torch's quantize_dynamic) would fail this: a loud token beside
     # a quiet one changes the quiet one's result, and verified drafts would differ from greedy.
@@ -105,6 +154,18 @@ def test_quantize_int8_replaces_every_linear_and_keeps_the_embedding():
     assert is_int8(model) and not any(isinstance(m, nn.Linear) for m in model.modules())
     assert isinstance(model[0], nn.Embedding)
     assert model(torch.tensor([[1, 2, 3]])).shape == (1, 3, 10)
+
+
+def test_a_calibration_pass_finds_each_layers_loud_channels():
+    torch.manual_seed(0)
+    embedding = nn.Embedding(50, 128)
+    embedding.weight.data[:, 7] *= 40  # one loud channel entering the first layer
+    model = nn.Sequential(embedding, nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 50))
+    ids = torch.randint(0, 50, (1, 40))
+    expected = model(ids)
+    quantize_int8(model, calibration=ids)
+    assert 7 in model[1].outliers.tolist() and model[3].outliers is not None
+    assert ((model(ids) - expected).norm() / expected.norm()) < 0.03
 
 
 def test_an_int8_engine_decodes_speculatively_exactly_as_its_own_greedy(tiny_model_dir):
