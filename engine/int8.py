@@ -38,7 +38,11 @@ How a layer computes depends on the device:
 - CUDA (and `weight_only=True`): weight-only int8, the weights widened to the activations' dtype
   inside the multiply; memory is saved, the arithmetic stays in half precision.
 
-The quality cost is not zero (the activations lose bits); `memosight bench quality` measures it.
+The quality cost is not zero (the activations lose bits); `memosight bench quality --dtype int8
+--against float32` measures it. On the 2-core AVX2 EPYC (7-bit weights, loud channels apart; 30
+held-out files, 29,696 tokens): SmolLM2-135M 0.7555 bits/char against float32's 0.7500 (+0.7%),
+the same greedy next token at 94.2% of positions (the first version here: 0.889, +19%); the
+embedded model 1.2766 against 1.2765, 98.5%.
 """
 
 from __future__ import annotations
