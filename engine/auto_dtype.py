@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 METHOD = "2"  # changes when the candidates or how they compute change: older choices are measured again
 MAX_CACHED = 64  # choices kept in the cache file, the oldest dropped first (test models come and go)
+CANDIDATES = ("float32", "bfloat16", "int8")
 MIN_AGREEMENT = 0.98  # next-token agreement with float32 a candidate needs on the probe
 MIN_SPEEDUP = 1.10  # how much faster than float32 a candidate must be to be chosen
 PROBE_TOKENS = 256  # the probe's length for agreement; timing uses its first 128
@@ -62,11 +63,16 @@ def choose_cpu_dtype(model, tokenizer, model_key: str) -> DtypeChoice:
     cpu = cpu_info()
     key = f"{cpu.key}|{METHOD}|{model_key}"
     path = cache_root() / "dtype-choices.json"
-    known = _read(path)
-    if key in known:
-        return DtypeChoice(**{**known[key], "cached": True})
+    entry = _read(path).get(key)
+    if isinstance(entry, dict) and entry.get("dtype") in CANDIDATES:  # a hand-edited entry is measured over
+        try:
+            return DtypeChoice(**{**entry, "cached": True})
+        except TypeError:
+            pass
     choice = measure(model, tokenizer, native_bfloat16=cpu.native_bfloat16)
     choice.cpu = cpu.to_json()
+    known = _read(path)  # read again: another process may have added a choice while this one measured
+    known.pop(key, None)
     known[key] = {k: v for k, v in choice.to_json().items() if k != "cached"}
     _write(path, dict(list(known.items())[-MAX_CACHED:]))  # dicts keep insertion order: oldest first
     log.info("dtype auto on %s: %s (keystroke ms %s, agreement %s)", cpu, choice.dtype, choice.keystroke_ms,

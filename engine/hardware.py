@@ -47,7 +47,8 @@ class CpuInfo:
     def native_bfloat16(self) -> bool:
         """Whether oneDNN multiplies bfloat16 natively here (AMX or AVX-512-BF16); elsewhere it
         converts to float32 around every product and runs slower than float32 itself."""
-        return _LEVEL_NAMES.index(self.onednn_isa) >= _LEVEL_NAMES.index("AVX512_CORE_BF16")
+        return self.onednn_isa in _LEVEL_NAMES and \
+            _LEVEL_NAMES.index(self.onednn_isa) >= _LEVEL_NAMES.index("AVX512_CORE_BF16")
 
     @property
     def key(self) -> str:

@@ -76,19 +76,29 @@ OUTLIER_CHANNELS = 8  # loudest input channels per layer quantized apart (see ab
 def weight_levels() -> int:
     """The largest weight magnitude whose products the packed kernel sums exactly: 127 where it
     holds a pair of uint8 x int8 products (VNNI, AMX, or no packed kernel: `torch._int_mm`'s sums
-    are exact), 63 where it saturates them in int16 (AVX2). Probed on the kernel itself: loudest
-    activations times loudest weights, against the exact sum."""
+    are exact), 63 where it saturates them in int16 (AVX2), or where the probe cannot tell."""
     if not PACKED_KERNELS:
         return 127
-    k = 64
-    weight = torch.full((2, k), 127, dtype=torch.int8)
-    weight[1] = -127
+    try:
+        exact = all(_kernel_sums_exact(rows) for rows in (1, MIN_PACKED_ROWS, 16))
+    except (RuntimeError, TypeError, ValueError):  # a kernel that cannot even run the probe
+        return 63
+    return 127 if exact else 63
+
+
+def _kernel_sums_exact(rows: int, k: int = 1024, n: int = 64) -> bool:
+    """Whether the packed kernel returns the exact integer sums for the loudest activations times the
+    loudest weights (all of one sign, and mixed), at a layer-like shape."""
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.where(torch.rand(n, k, generator=generator) < 0.5, -127, 127).to(torch.int8)
+    weight[0], weight[1] = 127, -127
+    x = torch.randint(-127, 128, (rows, k), generator=generator)
+    x[0] = 127
     packed = torch.ops.onednn.qlinear_prepack(weight, None)
-    loud = torch.full((1, k), 255, dtype=torch.uint8)  # int8 127 after the zero point
     sums = torch.ops.onednn.qlinear_pointwise.default(
-        loud, 1.0, ZERO_POINT, packed, torch.ones(2), torch.zeros(2, dtype=torch.int32), None, 1.0, 0,
-        torch.float32, "none", [], "")
-    return 127 if torch.equal(sums, torch.tensor([[k * 127 * 127, -k * 127 * 127]], dtype=torch.float32)) else 63
+        (x + ZERO_POINT).to(torch.uint8), 1.0, ZERO_POINT, packed, torch.ones(n), torch.zeros(n, dtype=torch.int32),
+        None, 1.0, 0, torch.float32, "none", [], "")
+    return torch.equal(sums.double(), (x.long() @ weight.long().t()).double())  # below 2**24: exact in float32
 
 
 def calibration_ids(tokenizer, tokens: int = 1024) -> torch.Tensor:
@@ -107,7 +117,7 @@ def _outlier_sums(rows: torch.Tensor, channels: torch.Tensor, qweight: torch.Ten
     The group's own per-token scale; integer-valued products summed in float32, exact."""
     loud = rows.index_select(1, channels)  # (R, k)
     loud_scale = loud.abs().amax(dim=1, keepdim=True).clamp_min(1e-8) / 127.0
-    sums = torch.round(loud / loud_scale) @ qweight.t()  # (R, out): integers below 2**24
+    sums = torch.round(loud / loud_scale) @ qweight.t().float()  # (R, out): integers below 2**24
     return sums.mul_(scale).mul_(loud_scale), rows.index_fill(1, channels, 0.0)
 
 
@@ -127,7 +137,8 @@ class Int8Linear(nn.Module):
             loud = weight[:, channels]  # (out, k)
             loud_scale = loud.abs().amax(dim=1).clamp_min(1e-8) / 127.0
             self.register_buffer("outliers", channels)
-            self.register_buffer("outlier_qweight", torch.round(loud / loud_scale[:, None]).clamp(-127, 127))
+            self.register_buffer("outlier_qweight",
+                                 torch.round(loud / loud_scale[:, None]).clamp(-127, 127).to(torch.int8))
             self.register_buffer("outlier_scale", loud_scale)
             weight = weight.index_fill(1, channels, 0.0)  # the main group leaves them out
         levels = weight_levels() if not weight_only else 127
@@ -197,7 +208,7 @@ class Int8Linear(nn.Module):
         else:
             main, loud = rows.float(), None
             if self.outliers is not None:
-                loud, main = _outlier_sums(main, self.outliers, self.outlier_qweight, self.outlier_scale)
+                loud, main = _outlier_sums(main, self.outliers, self.outlier_qweight, self.outlier_scale.float())
             x_scale = main.abs().amax(dim=1, keepdim=True).clamp_min(1e-8) / 127.0  # per token
             x_q = torch.round(main / x_scale).to(torch.int8)
             # (out, in) transposed: measured faster here than a contiguous (in, out) copy
@@ -214,7 +225,7 @@ class Int8Linear(nn.Module):
         packed, scale, zeros = self._packed, self._float_scale, self._zero_points
         outliers = self.outliers
         if outliers is not None:
-            outlier_qweight, outlier_scale = self.outlier_qweight.float(), self.outlier_scale.float()
+            outlier_qweight, outlier_scale = self.outlier_qweight, self.outlier_scale.float()
         bias = None if self.bias is None else self.bias.float()
         in_features, out_features, dtype = self.in_features, self.out_features, self.dtype
         qlinear = torch.ops.onednn.qlinear_pointwise.default
@@ -289,6 +300,7 @@ def quantize_int8(model: nn.Module, weight_only: bool | None = None,
 def _input_absmax(model: nn.Module, ids: torch.Tensor, chunk: int = 512) -> dict[nn.Module, torch.Tensor]:
     """Each nn.Linear's largest input magnitude per channel while `model` reads `ids`."""
     absmax: dict[nn.Module, torch.Tensor] = {}
+    chunk = min(chunk, getattr(getattr(model, "config", None), "max_position_embeddings", None) or chunk)
 
     def record(layer, inputs, output):
         seen = inputs[0].detach().reshape(-1, inputs[0].shape[-1]).abs().amax(dim=0).float()

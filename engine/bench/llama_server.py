@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -30,7 +31,12 @@ def native_bin_dir(build: bool = False) -> Path | None:
         binary = Path(os.environ["MEMOSIGHT_LLAMA_SERVER"]).expanduser()
         return binary.parent if binary.is_file() else None
     args = ["bash", str(BUILD_SCRIPT)] + ([] if build else ["--check"])
-    run = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    try:
+        run = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    except OSError as exc:  # no bash here
+        if build:
+            raise RuntimeError(f"cannot run {BUILD_SCRIPT}: {exc}") from exc
+        return None
     if run.returncode != 0:
         if build:
             raise RuntimeError(f"building llama.cpp failed: {run.stderr.strip()[-2000:]}")
@@ -55,12 +61,15 @@ class LlamaServer:
         command = [str(bin_dir / "llama-server"), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(self.port),
                    "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx), "-np", "1", "--no-webui",
                    *extra]
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, text=True)
+        # its log goes to a file: a pipe nobody reads fills up and stalls the server mid-request
+        self.log = tempfile.TemporaryFile(mode="w+", prefix="llama-server-", suffix=".log")
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                        text=True)
         deadline = time.monotonic() + start_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"llama-server exited at start: {self.process.stderr.read()[-2000:]}")
+                self.log.seek(0)
+                raise RuntimeError(f"llama-server exited at start: {self.log.read()[-2000:]}")
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=1) as response:
                     if response.status == 200:
@@ -85,6 +94,7 @@ class LlamaServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self.log.close()
 
     def __enter__(self) -> LlamaServer:
         return self

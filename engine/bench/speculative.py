@@ -70,7 +70,8 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
     available = {d.name for d in engine.speculator.drafters}
     draft = engine.speculator.drafter(DraftModel.name)
     gguf = Path(gguf) if gguf else gguf_of(engine.model_dir)
-    bin_dir = native_bin_dir() if "llama_server" in methods else None
+    bin_dir = native_bin_dir() if "llama_server" in methods and gguf is not None and engine.device.type == "cpu" \
+        else None
     methods = tuple(m for m in methods if (not m.startswith("spec_") or m == "spec_all"
                                            or set(_names(m)) <= available)
                     and (m != "hf_assisted" or draft is not None)

@@ -30,9 +30,10 @@ def print_result(result: dict, as_json: bool, render: Callable[[dict], str], cpu
     if cpu:
         from memosight.engine.hardware import cpu_info
 
-        result = {**result, "cpu": result.get("cpu") or cpu_info().to_json()}
+        # a result that says its own (a server's engine: None when it ran on a GPU or elsewhere) keeps it
+        result = result if "cpu" in result else {**result, "cpu": cpu_info().to_json()}
     text = json.dumps(result) if as_json else render(result)
-    if cpu and not as_json:
+    if cpu and not as_json and result["cpu"]:
         c = result["cpu"]
         text += (f"\ncpu: {c['model_name']}, torch {c['capability']}, oneDNN {c['onednn_isa']}, "
                  f"{c['threads']} of {c['cores']} threads")

@@ -82,6 +82,16 @@ def test_a_broken_cache_file_is_measured_over(float_model, cache):
     assert len(json.loads(cache.read_text())) == 1
 
 
+def test_a_malformed_entry_is_measured_over(float_model, cache):
+    model, tokenizer = float_model
+    choose_cpu_dtype(model, tokenizer, "model-a")
+    (key,) = json.loads(cache.read_text())
+    for bad in ({"dtype": "float64"}, {"dtype": "int8", "speed": 3}, "int8"):
+        cache.write_text(json.dumps({key: bad}))
+        again = choose_cpu_dtype(model, tokenizer, "model-a")
+        assert not again.cached and again.dtype in ("float32", "int8")
+
+
 def test_an_auto_engine_runs_in_the_chosen_dtype_and_says_why(tiny_model_dir, cache):
     engine = load_engine(str(tiny_model_dir), dtype="auto")
     status = engine.status()

@@ -29,6 +29,7 @@ def test_bfloat16_is_native_only_with_amx_or_avx512_bf16():
 
     assert not cpu("AVX2").native_bfloat16 and not cpu("AVX512_CORE_VNNI").native_bfloat16
     assert cpu("AVX512_CORE_BF16").native_bfloat16 and cpu("AVX512_CORE_AMX").native_bfloat16
+    assert not cpu("DEFAULT").native_bfloat16  # no flags to read (ARM, macOS): never a crash
 
 
 def test_this_cpu_is_described_with_everything_a_figure_needs():

@@ -8,6 +8,17 @@ from memosight.engine.int8 import PACKED_KERNELS, Int8Linear, is_int8, quantize_
 from torch import nn
 
 
+@pytest.fixture(params=["packed", "int_mm"])
+def kernel(request, monkeypatch):
+    """Each test that takes it runs on oneDNN's packed kernel (where there is one) and again on the
+    torch._int_mm fallback that CPUs without it use."""
+    if request.param == "packed" and not PACKED_KERNELS:
+        pytest.skip("no oneDNN int8 kernels here")
+    if request.param == "int_mm":
+        monkeypatch.setattr(Int8Linear, "packed", lambda self: None)
+    return request.param
+
+
 def exact_int8_product(q: Int8Linear, x: torch.Tensor) -> torch.Tensor:
     """What the layer must compute: the same per-token quantized activations times the int8
     weights, summed in int64 (no saturation anywhere), scaled back."""
@@ -31,7 +42,7 @@ def test_an_int8_layer_is_close_to_its_float_layer(weight_only):
     assert torch.allclose(q.weight, linear.weight, atol=float(linear.weight.abs().max()) / 100)
 
 
-def test_the_integer_sums_are_exact_even_for_the_loudest_values():
+def test_the_integer_sums_are_exact_even_for_the_loudest_values(kernel):
     # AVX2's vpmaddubsw adds two uint8 x int8 products into a saturating int16: with 8-bit weights
     # a loud token (every activation at 127) times loud weights overflowed it and the layer was 30%
     # off. weight_levels() probes for that; whatever it chose, the sums must be the exact ones.
@@ -87,7 +98,7 @@ def loud_channel_layer(seed: int = 0):
     return linear, inputs, inputs(64).abs().amax(dim=0)
 
 
-def test_loud_channels_kept_apart_bring_the_layer_closer_to_float():
+def test_loud_channels_kept_apart_bring_the_layer_closer_to_float(kernel):
     linear, inputs, absmax = loud_channel_layer()
     x = inputs(32)
     expected = linear(x)
@@ -99,7 +110,7 @@ def test_loud_channels_kept_apart_bring_the_layer_closer_to_float():
     assert torch.allclose(q.weight, linear.weight, atol=float(linear.weight.abs().max()) / 50)
 
 
-def test_with_loud_channels_apart_a_token_still_does_not_depend_on_its_neighbours():
+def test_with_loud_channels_apart_a_token_still_does_not_depend_on_its_neighbours(kernel):
     linear, inputs, absmax = loud_channel_layer(1)
     q = Int8Linear(linear, input_absmax=absmax)
     batch = inputs(9)
@@ -110,7 +121,7 @@ def test_with_loud_channels_apart_a_token_still_does_not_depend_on_its_neighbour
     assert torch.equal(q(batch[4:5]), full[4:5])
 
 
-def test_fused_projections_compute_what_each_computes_alone():
+def test_fused_projections_compute_what_each_computes_alone(kernel):
     linear, inputs, absmax = loud_channel_layer(2)
     other = nn.Linear(256, 32, bias=True).requires_grad_(False)
     a, b = Int8Linear(linear, input_absmax=absmax), Int8Linear(other, input_absmax=absmax)
@@ -122,7 +133,7 @@ def test_fused_projections_compute_what_each_computes_alone():
         Int8Linear.fused([Int8Linear(linear, input_absmax=absmax), Int8Linear(other)])
 
 
-def test_a_tokens_result_does_not_depend_on_the_tokens_beside_it():
+def test_a_tokens_result_does_not_depend_on_the_tokens_beside_it(kernel):
     # per-tensor activation scales (torch's quantize_dynamic) would fail this: a loud token beside
     # a quiet one changes the quiet one's result, and verified drafts would differ from greedy.
     # Integer sums are exact, so the int8 x int8 path is bit-equal, not just close.
@@ -156,7 +167,7 @@ def test_quantize_int8_replaces_every_linear_and_keeps_the_embedding():
     assert model(torch.tensor([[1, 2, 3]])).shape == (1, 3, 10)
 
 
-def test_a_calibration_pass_finds_each_layers_loud_channels():
+def test_a_calibration_pass_finds_each_layers_loud_channels(kernel):
     torch.manual_seed(0)
     embedding = nn.Embedding(50, 128)
     embedding.weight.data[:, 7] *= 40  # one loud channel entering the first layer
@@ -186,3 +197,11 @@ def test_an_int8_engine_with_a_draft_model_is_lossless(tiny_model_dir):
     assert is_int8(engine.speculator.drafters[-1].model)
     ids = engine.prompt_ids("class Stack:\n    def push(self, item):\n        self.items", "")
     assert engine.generate(ids, 20, speculative=True) == engine.generate(ids, 20, speculative=False)
+
+
+def test_an_int8_layer_with_loud_channels_takes_bfloat16_activations(kernel):
+    linear, inputs, absmax = loud_channel_layer(3)
+    q = Int8Linear(linear.to(torch.bfloat16), input_absmax=absmax).to(torch.bfloat16)
+    assert q.outlier_qweight.dtype == torch.int8  # integers stay integers through .to()
+    out = q(inputs(3).to(torch.bfloat16))
+    assert out.dtype == torch.bfloat16 and out.shape == (3, 64)
