@@ -13,6 +13,9 @@ def test_complete_prints_the_suggestion_and_its_latency(capsys, repeater_model_d
     assert out["completion"] == "xxxxx"
     assert out["latency_ms"] > 0 and len(out["latencies_ms"]) == 2
     assert out["device"] == "cpu"
+    # a figure names the CPU it was taken on, and how dtype "auto" was decided there
+    assert set(out["cpu"]) == {"model_name", "capability", "onednn_isa", "threads", "cores"}
+    assert out["dtype"] == out["dtype_choice"]["dtype"] and "float32" in out["dtype_choice"]["keystroke_ms"]
 
 
 def test_complete_with_a_missing_model_is_one_clear_line(capsys, tmp_path):
