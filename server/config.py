@@ -42,7 +42,9 @@ class Settings:
     model: str | None = None  # model folder or Hugging Face id; None = the embedded default model
     draft_model: str | None = None  # a small model with the same tokenizer that drafts for `model`
     device: str = "auto"  # "auto" (CUDA when available), "cpu", "cuda", "cuda:N"
-    dtype: str = "auto"  # "auto" (float32 on CPU, bf16/fp16 on GPU), "int8" (8-bit weights), "float32", "bfloat16", "float16"
+    # "auto" (on a CPU measured once per CPU and model: engine/auto_dtype.py; bf16/fp16 on a GPU), "int8",
+    # "float32", "bfloat16", "float16"
+    dtype: str = "auto"
     max_new_tokens: int = 64  # upper bound on one completion's length in tokens (single lines: 32 at most)
     multiline: str = "auto"  # "auto" | "always" | "never"
     context_budget: int = 1024  # prompt tokens (prefix + suffix) given to the model
