@@ -194,8 +194,8 @@ def format_table(report: QualityReport) -> str:
     ]
     if report.reference_dtype:
         change = report.bits_per_char / report.reference_bits_per_char - 1
-        rows[3:3] = [(f"  {report.reference_dtype} on the same text", f"{report.reference_bits_per_char:.3f} "
-                      f"({change:+.1%} in {report.dtype})"),
+        rows[4:4] = [(f"  {report.reference_dtype} on the same text", f"{report.reference_bits_per_char:.3f} "
+                      f"({report.dtype}: {change:+.2%})"),
                      (f"  next token as {report.reference_dtype}'s", f"{report.agreement_with_reference:.2%}")]
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
