@@ -82,7 +82,11 @@ def choose_cpu_dtype(model, tokenizer, model_key: str) -> DtypeChoice:
 
 @torch.inference_mode()
 def measure(model, tokenizer, native_bfloat16: bool) -> DtypeChoice:
-    ids = probe_ids(tokenizer)
+    try:
+        ids = probe_ids(tokenizer)
+    except (OSError, TypeError):  # a Python without its library's sources: nothing to measure on
+        log.warning("dtype auto: no probe text (the standard library's sources are missing); float32")
+        return DtypeChoice("float32")
     reference = _next_tokens(model, ids)
     choice = DtypeChoice("float32", keystroke_ms={"float32": _keystroke_ms(model, ids)})
     candidates = ["int8"] + (["bfloat16"] if native_bfloat16 else [])

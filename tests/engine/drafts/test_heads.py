@@ -104,3 +104,18 @@ def test_the_output_rows_are_the_models_own_and_are_not_saved(tmp_path):
     loaded.attach_output(lm_head)
     x = torch.randn(8)
     assert torch.allclose(loaded.logits(loaded(x)), heads.logits(heads(x)), atol=1e-2)
+
+
+@pytest.mark.parametrize("int8_ms, float_ms, expect_int8", [(1.0, 2.0, True), (1.0, 1.05, False), (3.0, 1.0, False)])
+def test_heads_with_their_own_output_draft_in_int8_only_where_clearly_faster(
+        tiny_model_dir, tmp_path, monkeypatch, int8_ms, float_ms, expect_int8):
+    from memosight.engine.drafts import heads as heads_module
+    from memosight.engine.int8 import is_int8
+
+    engine = load_engine(str(tiny_model_dir), device="cpu")
+    hidden = engine.model.config.hidden_size
+    DraftHeads(HeadsConfig(hidden, num_heads=2, vocab_size=16)).save(tmp_path)
+    timings = iter([int8_ms, float_ms])  # int8 is timed first
+    monkeypatch.setattr(heads_module, "_best_ms", lambda call: (call(), next(timings))[1])
+    drafter = HeadDrafter.for_model(engine.model, tmp_path)
+    assert is_int8(drafter.heads) == expect_int8
