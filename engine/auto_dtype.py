@@ -41,7 +41,7 @@ MAX_CACHED = 64  # choices kept in the cache file, the oldest dropped first (tes
 CANDIDATES = ("float32", "bfloat16", "int8")
 MIN_AGREEMENT = 0.98  # next-token agreement with float32 a candidate needs on the probe
 MIN_SPEEDUP = 1.10  # how much faster than float32 a candidate must be to be chosen
-PROBE_TOKENS = 256  # the probe's length for agreement; timing uses its first 128
+PROBE_TOKENS = 256  # the probe's length for agreement; timing uses its first CACHED + PREFILL + STEPS
 CACHED, PREFILL, STEPS = 96, 32, 8  # a keystroke: PREFILL new tokens after CACHED, then STEPS steps
 
 

@@ -185,19 +185,13 @@ def _serve(command: list[str], ready_url: str, log_path: Path):
             time.sleep(0.3)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def llama_server(embedded_gguf):
     """llama-cpp-python's server (OpenAI endpoints; a dev dependency): (its /v1 URL, its log)."""
     pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python[server] is in the dev extras")
-    port, log_path = _free_port(), embedded_gguf.parent / "llama-cpp-python.log"
+    from memosight.engine.bench.llama_server import free_port
+
+    port, log_path = free_port(), embedded_gguf.parent / "llama-cpp-python.log"
     url = f"http://127.0.0.1:{port}/v1"
     process, log = _serve([sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_gguf), "--port", str(port),
                            "--n_ctx", "2048", "--n_threads", "1"], f"{url}/models", log_path)
@@ -214,7 +208,7 @@ def llama_cpp_server(embedded_gguf):
     so the tests that need it skip where it was not built. (its base URL, its log)."""
     import shutil
 
-    from memosight.engine.bench.llama_server import native_bin_dir
+    from memosight.engine.bench.llama_server import free_port, native_bin_dir
 
     native = native_bin_dir()
     binary = os.environ.get("MEMOSIGHT_LLAMA_SERVER") or (native and str(native / "llama-server")) \
@@ -222,7 +216,7 @@ def llama_cpp_server(embedded_gguf):
     if not binary:
         pytest.skip("llama.cpp's llama-server is not built here (run engine/bench/build_llama_cpp.sh, or set "
                     "MEMOSIGHT_LLAMA_SERVER to one)")
-    port, log_path = _free_port(), embedded_gguf.parent / "llama-server.log"
+    port, log_path = free_port(), embedded_gguf.parent / "llama-server.log"
     url = f"http://127.0.0.1:{port}"
     process, log = _serve([binary, "-m", str(embedded_gguf), "--port", str(port), "-c", "2048", "-t", "1",
                            "-np", "1"], f"{url}/health", log_path)

@@ -52,15 +52,13 @@ def free_port() -> int:
 
 
 class LlamaServer:
-    """A llama-server process on loopback, stopped by `close` (or when the `with` block ends)."""
+    """A llama-server process on loopback, stopped by `close`."""
 
-    def __init__(self, gguf: Path, threads: int, bin_dir: Path, n_ctx: int = 4096, extra: list[str] = (),
-                 start_timeout: float = 120.0):
+    def __init__(self, gguf: Path, threads: int, bin_dir: Path, n_ctx: int = 4096, start_timeout: float = 120.0):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [str(bin_dir / "llama-server"), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(self.port),
-                   "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx), "-np", "1", "--no-webui",
-                   *extra]
+                   "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx), "-np", "1", "--no-webui"]
         # its log goes to a file: a pipe nobody reads fills up and stalls the server mid-request
         self.log = tempfile.TemporaryFile(mode="w+", prefix="llama-server-", suffix=".log")
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
@@ -95,12 +93,6 @@ class LlamaServer:
                 self.process.kill()
                 self.process.wait()
         self.log.close()
-
-    def __enter__(self) -> LlamaServer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 class LlamaServerDecoder:

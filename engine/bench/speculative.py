@@ -237,12 +237,7 @@ def render(summary: dict) -> str:
              f"{summary['threads']}  prompts {summary['prompts']} of {summary['prompt_tokens'][0]}-"
              f"{summary['prompt_tokens'][1]} tokens  new tokens {summary['new_tokens'][0]}-{summary['new_tokens'][1]}"
              + (f"  llama.cpp on {summary['gguf']}" if summary.get("gguf") else ""),
-             *([f"vs llama.cpp: against {summary['llama_cpp']['baseline']}"
-                + (" (llama-server built natively for this CPU)" if summary['llama_cpp']['llama_server'] else
-                   " (llama-cpp-python in-process: no native build here, run engine/bench/build_llama_cpp.sh)")
-                + (f"; llama-cpp-python's build: {summary['llama_cpp']['llama_cpp_python_build']}"
-                   if summary['llama_cpp']['llama_cpp_python_build'] else "")]
-               if summary.get("llama_cpp") else []),
+             *([_baseline_line(summary["llama_cpp"])] if summary.get("llama_cpp") else []),
              table(rows, [("method", "method"), ("tokens_per_s", "tok/s"), ("speedup", "speedup"),
                           ("tokens_per_step", "tok/step"), ("exact_match", "= greedy"),
                           ("plain_match", "= plain"),
@@ -265,6 +260,16 @@ def render(summary: dict) -> str:
                      f"{f['read_gb_per_s']} GB/s measured): {f['times_floor']}x the floor")
     lines.append(f"peak memory: {summary['peak_memory_mb']} MB")
     return "\n".join(lines)
+
+
+def _baseline_line(llama: dict) -> str:
+    """Which llama.cpp the `vs llama.cpp` columns divide by, and how the in-process one was built."""
+    line = f"vs llama.cpp: against {llama['baseline']}" + (
+        " (llama-server built natively for this CPU)" if llama["llama_server"]
+        else " (llama-cpp-python in-process: no native build here, run engine/bench/build_llama_cpp.sh)")
+    if llama["llama_cpp_python_build"]:
+        line += f"; llama-cpp-python's build: {llama['llama_cpp_python_build']}"
+    return line
 
 
 def _keystroke_reuse(engine, path, prompt_tokens: int) -> dict:

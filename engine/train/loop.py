@@ -89,12 +89,13 @@ class HeldOut:
     loss: float  # mean next-token cross-entropy (nats)
     accuracy: float  # top-1 next-token accuracy
     tokens: int  # predictions scored
+    predicted: torch.Tensor | None = None  # (N, T) the greedy next token at every position: models compare on it
 
 
 @torch.no_grad()
 def evaluate(model, windows: torch.Tensor, batch_size: int = 8, autocast: bool = True) -> HeldOut:
     model.eval()
-    total_loss, correct, count = 0.0, 0, 0
+    total_loss, correct, count, predicted = 0.0, 0, 0, []
     for i in range(0, len(windows), batch_size):
         batch = windows[i : i + batch_size]
         x, y = batch[:, :-1], batch[:, 1:]  # (B, T)
@@ -102,10 +103,12 @@ def evaluate(model, windows: torch.Tensor, batch_size: int = 8, autocast: bool =
             logits = model(input_ids=x).logits  # (B, T, V)
         logits = logits.float()
         total_loss += F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum").item()
-        correct += (logits.argmax(-1) == y).sum().item()
+        predicted.append(logits.argmax(-1))
+        correct += (predicted[-1] == y).sum().item()
         count += y.numel()
     model.train()
-    return HeldOut(total_loss / max(count, 1), correct / max(count, 1), count)
+    return HeldOut(total_loss / max(count, 1), correct / max(count, 1), count,
+                   torch.cat(predicted) if predicted else torch.empty(0, 0, dtype=torch.long))
 
 
 # ----------------------------------------------------------------------------- the loop
