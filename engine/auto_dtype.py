@@ -113,7 +113,8 @@ def as_dtype(model, dtype: str, tokenizer):
 
 def probe_ids(tokenizer) -> list[int]:
     """PROBE_TOKENS tokens of real code, the same on every machine."""
-    ids = tokenizer(inspect.getsource(textwrap), add_special_tokens=False)["input_ids"]
+    text = inspect.getsource(textwrap)[:4_000]  # enough for PROBE_TOKENS, short of any length warning
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     return ids[:PROBE_TOKENS]
 
 
