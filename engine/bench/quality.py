@@ -24,7 +24,7 @@ from ..local import LocalEngine
 from ..protocol import CompletionRequest, RequestOptions, StopRule
 from ..train.corpus import read_folder
 from ..train.data import eval_windows
-from ..train.loop import evaluate
+from ..train.loop import evaluate_with_predictions
 
 
 @dataclass
@@ -132,16 +132,16 @@ def run_quality(corpus_dir: str, engine: LocalEngine, *, max_files: int | None =
 
     windows = eval_windows(engine.tokenizer, [f.text for f in files], seq_len, max_tokens).to(engine.device)
     with torch.inference_mode():
-        held_out = evaluate(engine.model, windows, autocast=False)
+        held_out, predicted = evaluate_with_predictions(engine.model, windows, autocast=False)
     chars = text_chars(engine, windows)
     bpc = bits_per_char(held_out.loss, held_out.tokens, chars)
     compared = {}
     if reference is not None:
         with torch.inference_mode():
-            ref = evaluate(reference.model, windows, autocast=False)
+            ref, ref_predicted = evaluate_with_predictions(reference.model, windows, autocast=False)
         compared = {"reference_dtype": reference.status()["dtype"], "reference_loss": ref.loss,
                     "reference_bits_per_char": bits_per_char(ref.loss, ref.tokens, chars),  # the same text
-                    "agreement_with_reference": float((held_out.predicted == ref.predicted).float().mean())}
+                    "agreement_with_reference": float((predicted == ref_predicted).float().mean())}
 
     rng = random.Random(seed)
     samples = [s for f in files for s in sample_lines(f.path, f.text, lines_per_file, rng)]

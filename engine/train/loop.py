@@ -89,11 +89,17 @@ class HeldOut:
     loss: float  # mean next-token cross-entropy (nats)
     accuracy: float  # top-1 next-token accuracy
     tokens: int  # predictions scored
-    predicted: torch.Tensor | None = None  # (N, T) the greedy next token at every position: models compare on it
+
+
+def evaluate(model, windows: torch.Tensor, batch_size: int = 8, autocast: bool = True) -> HeldOut:
+    return evaluate_with_predictions(model, windows, batch_size, autocast)[0]
 
 
 @torch.no_grad()
-def evaluate(model, windows: torch.Tensor, batch_size: int = 8, autocast: bool = True) -> HeldOut:
+def evaluate_with_predictions(model, windows: torch.Tensor, batch_size: int = 8,
+                              autocast: bool = True) -> tuple[HeldOut, torch.Tensor]:
+    """The held-out figures and the greedy next token at every position (N, T): two models (a
+    dtype and its float original) compare on them."""
     model.eval()
     total_loss, correct, count, predicted = 0.0, 0, 0, []
     for i in range(0, len(windows), batch_size):
@@ -107,8 +113,8 @@ def evaluate(model, windows: torch.Tensor, batch_size: int = 8, autocast: bool =
         correct += (predicted[-1] == y).sum().item()
         count += y.numel()
     model.train()
-    return HeldOut(total_loss / max(count, 1), correct / max(count, 1), count,
-                   torch.cat(predicted) if predicted else torch.empty(0, 0, dtype=torch.long))
+    held_out = HeldOut(total_loss / max(count, 1), correct / max(count, 1), count)
+    return held_out, torch.cat(predicted) if predicted else torch.empty(0, 0, dtype=torch.long)
 
 
 # ----------------------------------------------------------------------------- the loop
