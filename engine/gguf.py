@@ -3,7 +3,8 @@
 A file's weights are dequantized through transformers' GGUF support (float32; the first time
 takes seconds to a minute), and the result is written once as an ordinary model folder in the
 user's cache, keyed by a hash of the file: every later start loads that folder. The tokenizer
-comes from the file too. A few names stand for files that Python packages ship (`smollm2-135m`).
+comes from the file too. A few names stand for files that Python packages ship (`smollm2-135m`), and
+the catalog's names for files `memosight model pull` downloads (engine/catalog.py).
 """
 
 from __future__ import annotations
@@ -54,8 +55,13 @@ def packaged_file(name: str) -> Path:
 
 
 def gguf_file(model: str) -> Path | None:
-    """The GGUF file `model` names: a packaged name, a .gguf path, or a folder holding exactly one
-    .gguf file and no config.json. None when `model` names something else."""
+    """The GGUF file `model` names: a catalog name (engine/catalog.py: pulled, and checked), a
+    packaged name, a .gguf path, or a folder holding exactly one .gguf file and no config.json. None
+    when `model` names something else."""
+    from .catalog import CATALOG, catalog_file  # it imports cache_root from here
+
+    if model in CATALOG:
+        return catalog_file(model)
     if model in PACKAGED:
         return packaged_file(model)
     path = Path(model).expanduser()

@@ -35,6 +35,11 @@ class LRU(OrderedDict):
             while len(self) > self.size:
                 self.popitem(last=False)
 
+    def drop_where(self, predicate) -> None:
+        with self._lock:
+            for key in [k for k in self if predicate(k)]:
+                del self[key]
+
 
 def content_hash(text: str) -> int:
     return xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))

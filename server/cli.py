@@ -20,6 +20,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("bench", "quality"): ("bench_quality", "held-out loss, next-token accuracy, next-line exact match"),
     ("bench", "speculative"): ("bench_speculative", "speculative decoding vs greedy, side by side"),
     ("bench", "replay"): ("bench_replay", "type real files back through memosight-lsp"),
+    ("bench", "typing"): ("bench_typing", "a typist on held-out code: memosight beside llama.vim on llama-server"),
     ("bench", "soak"): ("bench_soak", "long typing through memosight-lsp with engine faults injected"),
     ("train", "model"): ("train_model", "train the base code model (FIM objective)"),
     ("train", "heads"): ("train_heads", "train the draft heads of a model (base frozen)"),
@@ -27,6 +28,8 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("train", "ngrams"): ("train_ngrams", "count the corpus n-gram table that drafts where the prompt has no match"),
     ("train", "context"): ("train_context", "fine-tune a model on prompts in the context compressor's format"),
     ("export", "gguf"): ("export_gguf", "write a model as a GGUF file for llama.cpp"),
+    ("model", "pull"): ("model_pull", "download a catalog model (checked, resumable) so that model = \"NAME\" loads it"),
+    ("model", "list"): ("model_list", "the catalog's models: file size, whether each is here, the memory it needs"),
 }
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memosight.engine.catalog import CATALOG  # names only: no torch, no huggingface_hub
+
 CONFIG_FILE = ".memosight.toml"
 MAX_ERRORS = 20  # per source: a table of thousands of bad keys is not thousands of messages
 MAX_CONFIG_BYTES = 1024 * 1024  # a pyproject.toml is a few KiB; a bigger file is not read
@@ -39,7 +41,7 @@ class Backend:
 
 @dataclass(frozen=True)
 class Settings:
-    model: str | None = None  # model folder or Hugging Face id; None = the embedded default model
+    model: str | None = None  # model folder, GGUF file, catalog name or Hugging Face id; None = the embedded one
     draft_model: str | None = None  # a small model with the same tokenizer that drafts for `model`
     device: str = "auto"  # "auto" (CUDA when available), "cpu", "cuda", "cuda:N"
     # "auto" (on a CPU measured once per CPU and model: engine/auto_dtype.py; bf16/fp16 on a GPU), "int8",
@@ -53,6 +55,7 @@ class Settings:
     speculative: bool = True  # speculative decoding (identical output, faster)
     token_healing: bool = True  # end the prompt at a token boundary; the model first writes the text cut off
     prefill_on_edit: bool = True  # compute the likely next prompt as soon as an edit lands
+    prefetch: bool = True  # compute the suggestion that follows taking the one on screen, while it is read
     kv_cache_mb: int = 256  # memory bound of the cross-request KV prefix cache
     latency_budget_ms: int = 100  # after this a completion ends (multi-line: at its last complete line; 0 = off)
     # a single line ends before the first token the model gives less than this probability (0 = off)
@@ -104,7 +107,8 @@ def _model(value: Any) -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise ValueError(f"must be a folder path or a Hugging Face id (a string), got {value!r}")
+        raise ValueError(f"must be a folder path, a GGUF file, a catalog name (`memosight model list`) or a "
+                         f"Hugging Face id (a string), got {value!r}")
     return value
 
 
@@ -177,6 +181,7 @@ VALIDATORS = {
     "speculative": _bool,
     "token_healing": _bool,
     "prefill_on_edit": _bool,
+    "prefetch": _bool,
     "kv_cache_mb": _int_range(0, 65536),
     "latency_budget_ms": _int_range(0, 60000),
     "min_confidence": _float_range(0.0, 0.99),
@@ -325,9 +330,10 @@ PATH_KEYS = ("model", "draft_model")
 
 
 def _relative_path(value: str, root: Path) -> bool:
-    """Whether a model value is a path relative to the workspace (not a packaged name or a Hugging
-    Face id such as 'org/name'): it exists there, or says it is a path (./, ../, a .gguf file)."""
-    if not value or Path(value).is_absolute() or value.startswith("~"):
+    """Whether a model value is a path relative to the workspace (not a catalog or packaged name or a
+    Hugging Face id such as 'org/name'): it exists there, or says it is a path (./, ../, a .gguf file).
+    A catalog name (`memosight model list`) is a name even where a folder of that name exists."""
+    if not value or Path(value).is_absolute() or value.startswith("~") or value in CATALOG:
         return False
     return value.startswith(("./", "../", ".\\", "..\\")) or value.lower().endswith(".gguf") or (root / value).exists()
 

@@ -1,6 +1,6 @@
 """What a completion request is made of: the suggestion and answer it gets, its view of the
-document (Ticket), the model run it may share with later requests (Generation, Job), the last
-suggestion shown (Shown, for typing-through), and the running counters. Plain data, no engine."""
+document (Ticket), the model run it may share with later requests (Generation, Job), and the
+running counters. Plain data, no engine."""
 
 from __future__ import annotations
 
@@ -68,15 +68,6 @@ class Job:
     superseded: bool = False
 
 
-@dataclass
-class Shown:
-    """The last suggestion answered for a document: what typing-through is served from."""
-
-    before: str
-    after: str
-    text: str
-
-
 def typed_into(before: str, after: str, doc_text: str, cursor: int) -> str | None:
     """The characters typed since a suggestion was made at (before|after), or None when the
     document changed in any other way (an edit elsewhere, a deletion, a cursor move)."""
@@ -96,6 +87,7 @@ class Counters:
     superseded: int = 0
     typed_through: int = 0  # answered from the rest of the suggestion being typed, no model call
     joined: int = 0  # waited for a running generation that the typed text still matched
+    prefetched: int = 0  # suggestions computed ahead for the text after taking the one on screen
     accepted: int = 0
     accepted_chars: int = 0
     errors: int = 0
@@ -107,7 +99,7 @@ class Counters:
         return {
             "requests": self.requests, "completed": self.completed, "empty": self.empty,
             "cancelled": self.cancelled, "superseded": self.superseded, "typed_through": self.typed_through,
-            "joined": self.joined, "accepted": self.accepted,
+            "joined": self.joined, "prefetched": self.prefetched, "accepted": self.accepted,
             "accepted_chars": self.accepted_chars, "errors": self.errors,
             "latency_ms": {"last": round(self.latencies_ms[-1], 2) if lat else None,
                            "p50": pick(0.5), "p95": pick(0.95)},

@@ -23,6 +23,7 @@ from memosight.engine.protocol import (
     RequestOptions,
 )
 
+from .completion_cache import CompletionCache, context_key
 from .config import Settings
 from .context.packed import PackedContext
 from .context.packing import ContextCompressor
@@ -31,7 +32,7 @@ from .context.workspace import WorkspaceIndex
 from .engine_choice import load_engine_from_settings
 from .documents import Document
 from .mode import completion_mode, max_new_tokens, post_process
-from .requests import Answer, Counters, Generation, Job, Shown, Suggestion, Ticket, typed_into
+from .requests import Answer, Counters, Generation, Job, Suggestion, Ticket, typed_into
 from .timeline import StageStats, Timeline
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,10 @@ class Suggester:
         # the context the last warm-up built, for a request at the same text and cursor to reuse
         self._warm_context: tuple[tuple, PackedContext] | None = None
         self._fim_of: tuple[weakref.ref, bool] | None = None  # (the engine, whether its prompts have FIM tokens)
-        self._shown: dict[str, Shown] = {}
+        # every completion computed, for typing along it (typing-through) and for prefetches
+        self.completions = CompletionCache()
+        self._completions_settings: Settings | None = None  # the settings its completions were made under
+        self._prefetches: dict[str, tuple[tuple, threading.Event]] = {}  # uri -> (its context key, cancel)
         self._messages: deque[str] = deque()  # for the user, filled on the engine thread
         self._shown_failures: dict[str, float] = {}  # failure kind -> when it was last shown
         self._stopped = False
@@ -181,15 +185,53 @@ class Suggester:
         self._jobs[doc.uri] = job
         return job
 
-    def typing_through(self, doc: Document, cursor: int) -> str | None:
-        """The rest of the last suggestion when the user has typed its beginning."""
-        shown = self._shown.get(doc.uri)
-        if shown is None:
-            return None
-        typed = typed_into(shown.before, shown.after, doc.text, cursor)
-        if typed and shown.text.startswith(typed) and len(typed) < len(shown.text):
-            return shown.text[len(typed):]
-        return None
+    def typing_through(self, doc: Document, cursor: int, settings: Settings | None = None) -> str | None:
+        """The rest of a completion computed earlier (shown or not, prefetched or asked for) that
+        the text before the cursor types into; see completion_cache.py. Completions made under
+        other settings (another model, length, mode) are forgotten first."""
+        if settings is not None and settings != self._completions_settings:
+            self.completions = CompletionCache()
+            self._completions_settings = settings
+        hit = self.completions.lookup(doc.uri, doc.text[:cursor], doc.text[cursor:])
+        return None if hit is None else hit.rest
+
+    # --- prefetch: the suggestion after the one on screen ---------------------------------------
+
+    def prefetch(self, ticket: Ticket, shown: str, settings: Settings) -> None:
+        """`shown` went on screen: compute, on the engine thread while the user reads it, the
+        suggestion that follows taking it, so that after Tab the next one is ready (llama.vim does
+        this). A request for any other text stops it."""
+        engine = self.engine_if_ready()
+        seen, cursor = ticket.seen, ticket.cursor
+        before, after = seen.text[:cursor] + shown, seen.text[cursor:]
+        if (engine is None or not settings.prefetch or self._stopped
+                or self.completions.has(seen.uri, before, after)):
+            return
+        self._stop_prefetch(seen.uri)
+        cancel = threading.Event()
+        self._prefetches[seen.uri] = (context_key(seen.uri, before, after), cancel)
+        doc = Document(seen.uri, before + after, seen.language, seen.version)
+        self._executor.submit(self._prefetch, engine, doc, len(before), settings, cancel)
+
+    def _stop_prefetch(self, uri: str, unless_at: tuple | None = None) -> None:
+        """Stop the prefetch of `uri`, unless it computes the suggestion at `unless_at` (a context
+        key): then the request at that context waits for it on the engine thread and finds it."""
+        running = self._prefetches.get(uri)
+        if running is not None and running[0] != unless_at:
+            running[1].set()
+            del self._prefetches[uri]
+
+    def _prefetch(self, engine: Engine, doc: Document, cursor: int, settings: Settings,
+                  cancel: threading.Event) -> None:
+        if cancel.is_set():
+            return
+        try:
+            text, completion = self._run_model(engine, doc, cursor, settings, cancel)
+            if completion.stop_reason != "cancelled":
+                self.completions.put(doc.uri, doc.text[:cursor], doc.text[cursor:], text, "prefetch")
+                self.counters.prefetched += 1
+        except Exception:  # noqa: BLE001 - a failed prefetch costs only the head start
+            log.exception("prefetch after a suggestion failed")
 
     def warm(self, doc: Document, cursor: int, settings: Settings) -> None:
         """An edit landed at `cursor`: prefill the prompt a request there would get, now, on the
@@ -197,6 +239,7 @@ class Suggester:
         (mostly) computed. A newer edit or the request itself stops it between chunks."""
         engine = self.engine_if_ready()
         self._stop_warm_up(doc.uri)
+        self._stop_prefetch(doc.uri, unless_at=context_key(doc.uri, doc.text[:cursor], doc.text[cursor:]))
         if engine is None or not settings.prefill_on_edit or self._stopped:
             return
         cancel = self._warm_ups[doc.uri] = threading.Event()
@@ -224,8 +267,9 @@ class Suggester:
 
     def forget(self, uri: str) -> None:
         """Drop what is kept for a document (closed, or a fresh request is wanted)."""
-        self._shown.pop(uri, None)
+        self.completions.forget(uri)
         self._stop_warm_up(uri)
+        self._stop_prefetch(uri)
         job = self._jobs.pop(uri, None)  # a cancelled generation still running holds the text
         if job is not None:
             job.generation.cancel.set()
@@ -244,6 +288,8 @@ class Suggester:
         ticket = Ticket.of(doc, cursor)
         try:
             suggestion = await self._suggest(ticket, settings, on_partial, cold, timeline)
+            if suggestion is not None:
+                self.prefetch(ticket, suggestion.text, settings)
         except Exception as exc:  # not CancelledError: that is the client's cancel, and propagates  # noqa: BLE001 - the server answers every request and stays up
             log.exception("completion failed")
             self.counters.errors += 1
@@ -274,7 +320,7 @@ class Suggester:
         self.counters.requests += 1
         started = time.perf_counter()
         text = ticket.seen.text
-        rest = self.typing_through(doc, cursor)
+        rest = self.typing_through(doc, cursor, settings)
         if rest is not None:
             old = self._jobs.pop(doc.uri, None)
             if old is not None:
@@ -291,6 +337,7 @@ class Suggester:
         # (an edit in a big file a moment ago) must not hold the engine while the user waits here.
         for uri in list(self._warm_ups):
             self._stop_warm_up(uri)
+        self._stop_prefetch(doc.uri, unless_at=context_key(doc.uri, text[:cursor], text[cursor:]))
         job = self.start_job(doc, cursor)
         gen = job.generation
         loop = asyncio.get_running_loop()
@@ -332,7 +379,6 @@ class Suggester:
         if suggestion is None or not suggestion.text:
             self.counters.empty += 1
             return None
-        self._shown[doc.uri] = Shown(text[:cursor], text[cursor:], suggestion.text)
         self.last_error = None  # an error of an earlier request is no longer the state of things
         self.counters.completed += 1
         self.counters.latencies_ms.append(suggestion.latency_ms)
@@ -356,6 +402,32 @@ class Suggester:
         doc, cursor = ticket.doc.frozen(), ticket.cursor
         if doc.text is not ticket.seen.text:
             return None
+        hit = self.completions.lookup(doc.uri, doc.text[:cursor], doc.text[cursor:])
+        if hit is not None:  # a prefetch for this very text finished while the request waited for it
+            timeline.kind = "cached"
+            return Suggestion(hit.rest, cursor, (time.perf_counter() - start) * 1000, 0, "cached")
+        text, completion = self._run_model(engine, doc, cursor, settings, gen.cancel, cold, timeline,
+                                           on_piece=None if on_partial is None else
+                                           lambda partial: loop.call_soon_threadsafe(on_partial, partial),
+                                           gen=gen, stale=ticket.stale)
+        if completion is None:  # an edit arrived while the context was built
+            return None
+        if completion.stop_reason != "cancelled":
+            self.completions.put(doc.uri, doc.text[:cursor], doc.text[cursor:], text)
+        latency = (time.perf_counter() - start) * 1000
+        log.debug("completion %s:%d %.1f ms (first piece %.1f ms) prompt %d tokens (%d cached), %d new, stop %s",
+                  doc.uri.rsplit("/", 1)[-1], cursor, latency, completion.first_token_ms, completion.prompt_tokens,
+                  completion.reused_tokens, completion.tokens, completion.stop_reason)
+        suggestion = Suggestion(text, cursor, latency, completion.prompt_tokens, completion.stop_reason)
+        timeline.mark("post")
+        return suggestion
+
+    def _run_model(self, engine: Engine, doc: Document, cursor: int, settings: Settings, cancel: threading.Event,
+                   cold: bool = False, timeline: Timeline | None = None, on_piece=None, gen: Generation | None = None,
+                   stale: Callable[[], bool] | None = None):
+        """On the engine thread: the context at `cursor`, the model's completion, post-processed.
+        (text, Completion); ("", None) when `gen`'s request went stale while its context was built."""
+        timeline = timeline if timeline is not None else Timeline()
         # Settings that change without reloading the model; an engine makes repeating them cheap.
         engine.configure(EngineSettings(speculative=settings.speculative,
                                         kv_cache_bytes=settings.kv_cache_mb * 2**20))
@@ -363,19 +435,19 @@ class Suggester:
         stop, multiline = completion_mode(view, view_cursor, settings)
         context = self._context_for(engine, view, view_cursor, settings, timeline)
         timeline.mark("context")
-        context_ms = (time.perf_counter() - start) * 1000
-        if ticket.stale():  # an edit arrived while the context was built
-            return None
+        if stale is not None and stale():
+            return "", None
         request = CompletionRequest(context.prefix, context.suffix, doc.language, max_new_tokens(settings, multiline),
-                                    stop, gen.cancel, RequestOptions(cold=cold, heal=settings.token_healing))
+                                    stop, cancel, RequestOptions(cold=cold, heal=settings.token_healing))
         stream = engine.stream(request)
         text = ""
         try:
             for piece in stream:
                 text += piece
-                gen.partial = text
-                if on_partial is not None and not gen.cancel.is_set():
-                    loop.call_soon_threadsafe(on_partial, text)
+                if gen is not None:
+                    gen.partial = text
+                if on_piece is not None and not cancel.is_set():
+                    on_piece(text)
         finally:
             stream.close()  # whatever happened here, the engine is free for the next request
         completion = stream.result()
@@ -383,15 +455,7 @@ class Suggester:
         timeline.steps = completion.steps
         timeline.tokens, timeline.prompt_tokens = completion.tokens, completion.prompt_tokens
         timeline.stop_reason = completion.stop_reason
-        latency = (time.perf_counter() - start) * 1000
-        log.debug("completion %s:%d %.1f ms (context %.1f ms, first piece %.1f ms) prompt %d tokens (%d cached), "
-                  "%d new, %s, stop %s", doc.uri.rsplit("/", 1)[-1], cursor, latency, context_ms,
-                  completion.first_token_ms, completion.prompt_tokens, completion.reused_tokens, completion.tokens,
-                  "multi-line" if multiline else "single line", completion.stop_reason)
-        suggestion = Suggestion(post_process(completion.text, multiline), cursor, latency,
-                                completion.prompt_tokens, completion.stop_reason)
-        timeline.mark("post")
-        return suggestion
+        return post_process(completion.text, multiline), completion
 
     def record_timeline(self, timeline: Timeline, request_id=None) -> None:
         """A request's answer was written: its stages go into the running figures and the log."""
@@ -409,7 +473,8 @@ class Suggester:
         if self._stopped:  # after the LSP shutdown request
             state = "stopped"
         out = {"state": state, "model": settings.model or "default", "device": None, "dtype": None,
-               "error": self.last_error, "requests": self.counters.to_json(), "breakdown": self.stages.to_json()}
+               "error": self.last_error, "requests": self.counters.to_json(), "breakdown": self.stages.to_json(),
+               "completion_cache": self.completions.to_json()}
         if engine is not None:
             out.update({k: v for k, v in engine.status().items() if k != "requests"})
         index = self._workspace()

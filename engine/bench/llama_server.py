@@ -54,11 +54,16 @@ def free_port() -> int:
 class LlamaServer:
     """A llama-server process on loopback, stopped by `close`."""
 
-    def __init__(self, gguf: Path, threads: int, bin_dir: Path, n_ctx: int = 4096, start_timeout: float = 120.0):
+    def __init__(self, gguf: Path, threads: int | None, bin_dir: Path, n_ctx: int = 4096, start_timeout: float = 120.0,
+                 extra: list[str] = ()):
+        """`threads` None: llama-server's own default; n_ctx 0: the model's trained context;
+        `extra`: more llama-server flags."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [str(bin_dir / "llama-server"), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(self.port),
-                   "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx), "-np", "1", "--no-webui"]
+                   "-c", str(n_ctx), "-np", "1", "--no-webui", *extra]
+        if threads is not None:
+            command += ["-t", str(threads), "-tb", str(threads)]
         # its log goes to a file: a pipe nobody reads fills up and stalls the server mid-request
         self.log = tempfile.TemporaryFile(mode="w+", prefix="llama-server-", suffix=".log")
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,

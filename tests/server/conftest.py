@@ -27,10 +27,12 @@ from pytest_lsp import make_test_lsp_client
 class ScriptedEngine:
     """A test engine behind the engine protocol: it writes `text` one character per token (repeated
     forever when `repeat`, like a model stuck on one token), applying the request's stop rules the
-    way every engine does, `delay` seconds a token, stopping when the request is cancelled."""
+    way every engine does, `delay` seconds a token, stopping when the request is cancelled. A list
+    of texts: one per request in turn, the last for every request after."""
 
-    def __init__(self, text: str = "x", delay: float = 0.0, repeat: bool = True):
-        self.text, self.delay, self.repeat = text, delay, repeat
+    def __init__(self, text: str | list[str] = "x", delay: float = 0.0, repeat: bool = True):
+        self.texts = [text] if isinstance(text, str) else list(text)
+        self.text, self.delay, self.repeat = self.texts[0], delay, repeat
         self.requests: list[CompletionRequest] = []
         self.prefills: list[CompletionRequest] = []
         self.settings: list[EngineSettings] = []
@@ -43,6 +45,7 @@ class ScriptedEngine:
 
     def stream(self, request: CompletionRequest) -> Stream:
         self.requests.append(request)
+        self.text = self.texts[min(len(self.requests), len(self.texts)) - 1]
         return Stream(self._generate(request))
 
     def _generate(self, request: CompletionRequest):
@@ -132,7 +135,9 @@ async def in_process_session(root: Path, engine=None, init_options: dict | None 
         capabilities = types.ClientCapabilities(
             workspace=types.WorkspaceClientCapabilities(configuration=client_settings is not None))
     client.initialize_result = await client.initialize_session(types.InitializeParams(
-        capabilities=capabilities, root_uri=root.as_uri(), initialization_options=init_options))
+        capabilities=capabilities, root_uri=root.as_uri(),
+        # the tests read the engine's requests as the user's: a prefetch is on only where a test asks
+        initialization_options={"prefetch": False, **(init_options or {})}))
     client.server, client.engine = server, engine
     try:
         yield client

@@ -347,6 +347,20 @@ async def test_lone_surrogates_in_a_document_reach_the_engine_as_valid_text(tmp_
         assert (await lsp_status(client))["error"] is None
 
 
+async def test_taking_a_suggestion_finds_the_next_one_computed_ahead(tmp_path, lsp_session, scripted_engine,
+                                                                     lsp_status):
+    engine = scripted_engine(["total = 0", "return total"], repeat=False)
+    async with lsp_session(tmp_path, engine, init_options={"prefetch": True}) as client:
+        uri = open_doc(client, tmp_path / "a.py", "def f():\n    \n")
+        assert (await inline(client, uri, 1, 4)).items[0].insert_text == "total = 0"
+        await eventually(lambda: len(engine.requests) == 2)  # the prefetch, while the first is read
+        edit(client, uri, 2, (1, 4), (1, 4), "total = 0")  # Tab
+        await eventually(lambda: client.server.suggester.counters.prefetched == 1)
+        assert (await inline(client, uri, 1, 13)).items[0].insert_text == "return total"
+        info = await lsp_status(client)
+        assert info["completion_cache"]["prefetch_hits"] == 1 and info["requests"]["prefetched"] >= 1
+
+
 async def test_a_large_open_file_is_no_context_for_others_and_read_by_window_itself(tmp_path, lsp_session):
     big_line = "big_table_entry = compute_something(1, 2, 3)  # generated\n"
     big_text = big_line * (2_000_000 // len(big_line))
@@ -383,9 +397,9 @@ async def test_closing_a_document_drops_what_the_suggester_kept_for_it(tmp_path,
         await inline(client, uri, 1, 4)
         edit(client, uri, 2, (5, 20), (5, 20), "\n    x")
         suggester = client.server.suggester
-        assert uri in suggester._shown
+        assert suggester.completions.has_document(uri)
         client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
-        await eventually(lambda: uri not in suggester._shown and uri not in suggester._warm_ups
+        await eventually(lambda: not suggester.completions.has_document(uri) and uri not in suggester._warm_ups
                          and uri not in suggester._jobs)
 
 

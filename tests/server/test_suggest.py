@@ -33,7 +33,8 @@ def test_a_newer_request_shares_or_supersedes_the_running_generation(scripted_en
     suggester = Suggester(lambda settings: engine)
     doc = Document("file:///a.py", text, "python")
 
-    settings = Settings(latency_budget_ms=0)  # slow tokens here: no time budget cuts the line
+    # slow tokens here: no time budget cuts the line; no prefetch adds an engine request
+    settings = Settings(latency_budget_ms=0, prefetch=False)
 
     async def scenario():
         older = asyncio.ensure_future(suggest(suggester, doc, 4, settings))
@@ -69,12 +70,14 @@ def test_typing_the_start_of_a_suggestion_is_answered_from_its_rest(scripted_eng
     doc = Document("file:///a.py", "for item in items:\n    \n", "python")
     cursor = doc.text.index("    \n") + 4
 
+    settings = Settings(prefetch=False)  # the engine requests counted below are the user's only
+
     async def scenario():
-        first = await suggest(suggester, doc, cursor, Settings())
+        first = await suggest(suggester, doc, cursor, settings)
         doc.apply_change("tot", doc.position_at(cursor), doc.position_at(cursor))
-        second = await suggest(suggester, doc, cursor + 3, Settings())
+        second = await suggest(suggester, doc, cursor + 3, settings)
         doc.apply_change("X", doc.position_at(cursor + 3), doc.position_at(cursor + 3))  # diverges
-        third = await suggest(suggester, doc, cursor + 4, Settings())
+        third = await suggest(suggester, doc, cursor + 4, settings)
         return first, second, third
 
     first, second, third = asyncio.run(scenario())
@@ -85,12 +88,60 @@ def test_typing_the_start_of_a_suggestion_is_answered_from_its_rest(scripted_eng
     assert suggester.counters.typed_through == 1
 
 
+def test_typing_along_an_earlier_completion_answers_from_it_though_another_came_since(scripted_engine):
+    engine = scripted_engine(["total += item", "print(items)"], repeat=False)
+    suggester = Suggester(lambda settings: engine)
+    doc = Document("file:///a.py", "for item in items:\n    \n\n", "python")
+    inside, below = doc.text.index("    \n") + 4, len(doc.text) - 1
+    settings = Settings(prefetch=False)
+
+    async def scenario():
+        first = await suggest(suggester, doc, inside, settings)
+        other = await suggest(suggester, doc, below, settings)  # the last suggestion is now this one
+        doc.apply_change("total", doc.position_at(inside), doc.position_at(inside))
+        return first, other, await suggest(suggester, doc, inside + 5, settings)
+
+    first, other, back = asyncio.run(scenario())
+    assert (first.text, other.text) == ("total += item", "print(items)")
+    assert back.text == " += item" and back.stop_reason == "typed_through" and len(engine.requests) == 2
+
+
+def test_after_a_suggestion_the_one_that_follows_taking_it_is_prefetched(scripted_engine):
+    engine = scripted_engine(["total = 0", "for x in xs:"], repeat=False)
+    suggester = Suggester(lambda settings: engine)
+    doc = Document("file:///a.py", "def f(xs):\n    \n", "python")
+    cursor = doc.text.index("    \n") + 4
+
+    async def scenario():
+        first = await suggest(suggester, doc, cursor, Settings())
+        await until(lambda: suggester.counters.prefetched == 1)
+        doc.apply_change("total = 0", doc.position_at(cursor), doc.position_at(cursor))  # Tab
+        return first, await suggest(suggester, doc, cursor + len("total = 0"), Settings())
+
+    first, after_tab = asyncio.run(scenario())
+    assert first.text == "total = 0"
+    assert engine.requests[1].prefix.endswith("    total = 0")  # computed ahead, while the first was read
+    assert after_tab.text == "for x in xs:" and after_tab.stop_reason == "typed_through"  # no model call for it
+    assert suggester.completions.to_json()["prefetch_hits"] == 1
+
+
+def test_completions_are_forgotten_when_the_settings_change(scripted_engine):
+    engine = scripted_engine(["xxxxxxxx", "yyy"], repeat=False)
+    suggester = Suggester(lambda settings: engine)
+    doc = Document("file:///a.py", "x = \n", "python")
+    first = asyncio.run(suggest(suggester, doc, 4, Settings(prefetch=False)))
+    again = asyncio.run(suggest(suggester, doc, 4, Settings(prefetch=False)))
+    changed = asyncio.run(suggest(suggester, doc, 4, Settings(prefetch=False, max_new_tokens=3)))
+    assert first.text == again.text == "xxxxxxxx" and len(engine.requests) == 2 and changed.text == "yyy"
+
+
 def test_a_running_generation_that_still_matches_is_joined_not_restarted(scripted_engine):
     engine = scripted_engine("abcdefghij", delay=0.03, repeat=False)
     suggester = Suggester(lambda settings: engine)
     doc = Document("file:///a.py", "x = \n", "python")
 
-    settings = Settings(latency_budget_ms=0)  # slow tokens here: no time budget cuts the line
+    # slow tokens here: no time budget cuts the line; no prefetch adds an engine request
+    settings = Settings(latency_budget_ms=0, prefetch=False)
 
     async def scenario():
         older = asyncio.ensure_future(suggest(suggester, doc, 4, settings))
@@ -197,9 +248,9 @@ def test_single_line_requests_ask_for_at_most_a_line_of_tokens(scripted_engine):
     engine = scripted_engine("x")
     suggester = Suggester(lambda settings: engine)
     mid_line = Document("file:///a.py", "def f(x):\n    return g(\n", "python")
-    asyncio.run(suggest(suggester, mid_line, len("def f(x):\n    return g("), Settings(max_new_tokens=64)))
+    asyncio.run(suggest(suggester, mid_line, len("def f(x):\n    return g("), Settings(max_new_tokens=64, prefetch=False)))
     below_opener = Document("file:///b.py", "def f(x):\n    \n", "python")
-    asyncio.run(suggest(suggester, below_opener, len("def f(x):\n    "), Settings(max_new_tokens=64)))
+    asyncio.run(suggest(suggester, below_opener, len("def f(x):\n    "), Settings(max_new_tokens=64, prefetch=False)))
     assert SINGLE_LINE_MAX_TOKENS < 64 and [r.max_new_tokens for r in engine.requests] == [SINGLE_LINE_MAX_TOKENS, 64]
 
 
@@ -294,7 +345,8 @@ def test_a_remote_backend_answers_through_the_same_suggester_and_a_dead_one_is_s
     assert server.requests[-1]["input_prefix"].endswith("for item in")  # its trailing space healed
     assert suggester.status(settings)["backend"]["state"] == "ok"
     server.stop()
-    first = asyncio.run(suggester.suggest(doc, 12, settings))
-    second = asyncio.run(suggester.suggest(doc, 12, settings))
+    doc = Document("file:///a.py", "for thing in \n", "python")  # not a context whose completion is cached
+    first = asyncio.run(suggester.suggest(doc, 13, settings))
+    second = asyncio.run(suggester.suggest(doc, 13, settings))
     assert first.suggestion is None and len(first.messages) == 1 and "cannot reach the server" in first.messages[0]
     assert second.suggestion is None and second.messages == []  # once an hour, not once a keystroke

@@ -1,0 +1,76 @@
+"""Every completion the model wrote, kept under the text around the cursor it was written for, and
+found again while the user types along it.
+
+A request whose text before the cursor is a cached context plus up to LOOK_BACK typed characters,
+which the cached completion starts with, gets the rest of that completion at once, with no model
+call: typing along a suggestion (shown or not: a late answer, a prefetch) shows what remains of it.
+llama.vim keeps such a cache (250 entries, 128 characters of look-back); Tabby and Continue alike.
+
+Entries are keyed by a hash of the last KEY_CHARS characters before the cursor, the first
+KEY_CHARS after it and both lengths, so a key costs the same in a large file as in a small one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .caching import LRU, content_hash
+
+SIZE = 250
+LOOK_BACK = 128
+KEY_CHARS = 2048
+
+
+@dataclass
+class Hit:
+    rest: str  # what remains of the completion after what was typed
+    source: str  # "request" or "prefetch": what computed it
+
+
+def context_key(uri: str, before: str, after: str, cut: int | None = None) -> tuple:
+    """The key of the context (before[:cut] | after); slicing only the hashed tail keeps a lookup
+    in a large file from copying it 128 times."""
+    cut = len(before) if cut is None else cut
+    return (uri, cut, content_hash(before[max(0, cut - KEY_CHARS):cut]), len(after), content_hash(after[:KEY_CHARS]))
+
+
+class CompletionCache:
+    def __init__(self, size: int = SIZE):
+        self._entries = LRU(size)  # context key -> (completion, source)
+        self.hits = 0
+        self.prefetch_hits = 0
+        self.lookups = 0
+
+    def put(self, uri: str, before: str, after: str, text: str, source: str = "request") -> None:
+        if text:
+            self._entries.put(context_key(uri, before, after), (text, source))
+
+    def has(self, uri: str, before: str, after: str) -> bool:
+        return self._entries.get(context_key(uri, before, after)) is not None
+
+    def lookup(self, uri: str, before: str, after: str) -> Hit | None:
+        """The rest of a cached completion that the text just before the cursor types into: the
+        context itself first (typed = ""), then up to LOOK_BACK characters back."""
+        self.lookups += 1
+        for typed_chars in range(min(LOOK_BACK, len(before)) + 1):
+            cut = len(before) - typed_chars
+            entry = self._entries.get(context_key(uri, before, after, cut))
+            if entry is None:
+                continue
+            text, source = entry
+            typed = before[cut:]
+            if text.startswith(typed) and len(text) > len(typed):
+                self.hits += 1
+                self.prefetch_hits += source == "prefetch"
+                return Hit(text[len(typed):], source)
+        return None
+
+    def has_document(self, uri: str) -> bool:
+        return any(key[0] == uri for key in list(self._entries))
+
+    def forget(self, uri: str) -> None:
+        self._entries.drop_where(lambda key: key[0] == uri)
+
+    def to_json(self) -> dict:
+        return {"entries": len(self._entries), "lookups": self.lookups, "hits": self.hits,
+                "prefetch_hits": self.prefetch_hits}
