@@ -108,6 +108,8 @@ class LspSystem:
             "context": {"triggerKind": 2}})
         self._pending = msg_id
         self.stats.requests += 1
+        # an answer nobody awaits any more (a newer edit came) is still read, errors included
+        answer.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
             result = await asyncio.shield(answer)
         except (RuntimeError, ConnectionError):  # cancelled on the server's side, or it went away
