@@ -306,8 +306,14 @@ class RemoteEngine(Engine):
             body = {"n_predict": request.max_new_tokens, "cache_prompt": True, "stream": True, "temperature": 0,
                     "samplers": ["top_k"], "top_k": 1}
             if self.infill:
+                # As llama.vim sends it: the lines above in input_prefix, the cursor's line so far in
+                # `prompt`. llama-server joins them again before the suffix (so each key still
+                # recomputes the suffix's tokens: keep it short on a CPU, `suffix_share`), but a
+                # line's tokens start at the line, whatever the lines above end with.
+                line = prefix.rfind("\n") + 1
                 prompt = prefix + request.suffix
-                body.update({"input_prefix": prefix, "input_suffix": request.suffix, "input_extra": []})
+                body.update({"input_prefix": prefix[:line], "input_suffix": request.suffix, "input_extra": [],
+                             "prompt": prefix[line:]})
             else:  # a model without FIM tokens continues the prefix
                 prompt = prefix
                 body["prompt"] = prefix

@@ -57,6 +57,7 @@ class Generation:
     cancel: threading.Event = field(default_factory=threading.Event)
     partial: str = ""  # text generated so far (post-processing not yet applied)
     future: Future | None = None
+    settings: object = None  # the settings it runs under: a request under others never joins it
 
 
 @dataclass

@@ -164,9 +164,9 @@ class Suggester:
 
     # --- requests -------------------------------------------------------------------------------
 
-    def start_job(self, doc: Document, cursor: int) -> Job:
+    def start_job(self, doc: Document, cursor: int, settings: Settings | None = None) -> Job:
         """A new request for `doc`: it joins the running generation when the user only typed more of
-        that generation's text; otherwise the running one is told to stop."""
+        that generation's text (under the same settings); otherwise the running one is told to stop."""
         before, after = doc.text[:cursor], doc.text[cursor:]
         old = self._jobs.get(doc.uri)
         job = None
@@ -175,13 +175,13 @@ class Suggester:
             gen = old.generation
             typed = typed_into(gen.before, gen.after, doc.text, cursor)
             running = gen.future is not None and not gen.future.done() and not gen.cancel.is_set()
-            if running and typed is not None and (gen.partial.startswith(typed) or typed.startswith(gen.partial)):
+            if running and gen.settings == settings and typed is not None and (gen.partial.startswith(typed) or typed.startswith(gen.partial)):
                 job = Job(doc.uri, gen)
                 self.counters.joined += 1
             else:
                 gen.cancel.set()
         if job is None:
-            job = Job(doc.uri, Generation(before, after))
+            job = Job(doc.uri, Generation(before, after, settings=settings))
         self._jobs[doc.uri] = job
         return job
 
@@ -338,7 +338,7 @@ class Suggester:
         for uri in list(self._warm_ups):
             self._stop_warm_up(uri)
         self._stop_prefetch(doc.uri, unless_at=context_key(doc.uri, text[:cursor], text[cursor:]))
-        job = self.start_job(doc, cursor)
+        job = self.start_job(doc, cursor, settings)
         gen = job.generation
         loop = asyncio.get_running_loop()
         try:

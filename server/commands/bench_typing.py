@@ -53,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a memosight setting for both memosight systems (repeatable)")
     parser.add_argument("--llama-threads", type=int, default=None,
                         help="llama-server threads (default: its own default, as a user runs it)")
+    parser.add_argument("--server-log", metavar="PREFIX",
+                        help="the memosight systems' debug logs, to PREFIX-SYSTEM.log")
     parser.add_argument("--plot", metavar="FILE.png", help="characters saved and latency per system (matplotlib)")
     parser.add_argument("--seed", type=int, default=0)
     add_json_argument(parser)
@@ -107,9 +109,9 @@ async def type_function(system, path: Path, text: str, start: int, end: int, arg
     await system.close(str(path))
 
 
-def llama_server_for(args):
-    """A fresh native llama-server on --gguf, with llama.vim's recommended flags."""
-    from memosight.engine.bench.llama_server import LlamaServer, native_bin_dir
+def llama_server_bin(args) -> Path:
+    """The native llama-server's folder, checked with --gguf before any typing starts."""
+    from memosight.engine.bench.llama_server import native_bin_dir
 
     if not args.gguf:
         raise CommandError("the llama-server systems need --gguf FILE (the same model memosight runs; "
@@ -120,24 +122,36 @@ def llama_server_for(args):
     if bin_dir is None:
         raise CommandError("no native llama-server for this CPU: build it with `bash engine/bench/"
                            "build_llama_cpp.sh` (about 20 minutes on 2 cores), or set MEMOSIGHT_LLAMA_SERVER")
-    return LlamaServer(Path(args.gguf), args.llama_threads, bin_dir, n_ctx=0,
+    return bin_dir
+
+
+def llama_server_for(args):
+    """A fresh native llama-server on --gguf, with llama.vim's recommended flags."""
+    from memosight.engine.bench.llama_server import LlamaServer
+
+    return LlamaServer(Path(args.gguf), args.llama_threads, llama_server_bin(args), n_ctx=0,
                        extra=["--cache-reuse", "256", "-ub", "1024", "-b", "1024"])
 
 
 def make_system(name: str, args, server):
     options = {"model": args.model} if args.model else {}
     options.update(dict(args.set))
+    log = f"{args.server_log}-{name}.log" if args.server_log else None
     if name == "memosight":
         from .typing_lsp import LspSystem
 
-        return LspSystem(name, options)
+        return LspSystem(name, options, log_file=log)
     if name == "memosight-llamacpp":
         from .typing_lsp import LspSystem
 
-        options["backend"] = {"kind": "llamacpp", "url": server.url, "fallback": "none"}
+        # No fallback, so every figure is llama-server's; its timeouts as a user of a CPU server sets
+        # them (the defaults, 2 s to the first token, are for a team's GPU server: a cold prompt of
+        # Qwen2.5-Coder-0.5B on 2 cores takes longer, and llama.vim waits for it too).
+        options["backend"] = {"kind": "llamacpp", "url": server.url, "fallback": "none",
+                              "first_token_timeout_ms": 30000, "timeout_ms": 60000}
         if args.model:  # its tokenizer counts the budget and renders the FIM prompt
             options["backend"]["tokenizer"] = args.model
-        return LspSystem(name, options, model_pid=server.process.pid)
+        return LspSystem(name, options, model_pid=server.process.pid, log_file=log)
     from .typing_llamavim import LlamaVimSystem
 
     return LlamaVimSystem(server.url, server_pid=server.process.pid)
@@ -186,6 +200,8 @@ async def bench(args) -> dict:
     unknown = [n for n in names if n not in SYSTEMS]
     if unknown:
         raise CommandError(f"unknown system(s) {', '.join(unknown)}; choose from {', '.join(SYSTEMS)}")
+    if any(name != "memosight" for name in names):
+        llama_server_bin(args)
     functions = pick_functions(args.corpus, args.functions, args.max_chars, random.Random(args.seed))
     if not functions:
         raise CommandError(f"no function of at most {args.max_chars} characters under {args.corpus}")
@@ -195,14 +211,15 @@ async def bench(args) -> dict:
         r["vs_llamavim"] = (round(r["chars_saved"] / base["chars_saved"], 2) if base and base["chars_saved"]
                             else None)
     return {"clock": "real", "key_ms": args.key_ms, "newline_ms": args.newline_ms, "seed": args.seed,
-            "model": args.model or "embedded", "gguf": args.gguf,
+            "model": args.model or "embedded", "gguf": args.gguf, "settings": dict(args.set),
             "functions": [f"{p.name}:{t.count(chr(10), 0, s) + 1}" for p, t, s, _ in functions],
             "systems": results}
 
 
 def render(result: dict) -> str:
     lines = [f"typing at {result['key_ms']:g} ms a key, {result['newline_ms']:g} ms after a newline (real clock); "
-             f"model {result['model']}; functions {', '.join(result['functions'])}",
+             f"model {result['model']}; functions {', '.join(result['functions'])}"
+             + (f"; memosight settings {result['settings']}" if result.get("settings") else ""),
              f"{'system':<20}{'keys':>6}{'visible':>9}{'saved':>7}{'share':>8}{'vs vim':>8}{'takes':>7}{'mean':>6}"
              f"{'p50 ms':>8}{'p95 ms':>8}{'reqs':>6}{'cpu s/char':>11}"]
     for r in result["systems"]:

@@ -41,14 +41,15 @@ class LspSystem:
     `model_pid`: the process whose CPU the model uses when it is not the server (a llama-server)."""
 
     def __init__(self, name: str, options: dict, *, root: str | None = None, debounce_ms: float = 50.0,
-                 model_pid: int | None = None, ready_timeout: float = 600.0):
+                 model_pid: int | None = None, ready_timeout: float = 600.0, log_file: str | None = None):
         self.name = name
         self.options = options
         self.root = root
         self.debounce = debounce_ms / 1000
         self.model_pid = model_pid
         self.ready_timeout = ready_timeout
-        self.lsp = LspProcess([sys.executable, "-m", "memosight.server", "--stdio"],
+        logging = ["--log-file", log_file, "--log-level", "debug"] if log_file else []
+        self.lsp = LspProcess([sys.executable, "-m", "memosight.server", "--stdio", *logging],
                               env={**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")})
         self.stats = SystemStats()
         self.uri = ""

@@ -117,7 +117,7 @@ def test_a_streamed_completion_stops_at_its_rules_and_reports_the_servers_cache(
         assert sent["path"] == "/v1/completions" and sent["prompt"] == "def add(a, b):\n" and sent["stop"] == ["\n"]
         assert sent["stream"] is True and sent["temperature"] == 0 and sent["model"] == "m"
     else:
-        assert sent["path"] == "/infill" and sent["input_prefix"] == "def add(a, b):\n"
+        assert sent["path"] == "/infill" and sent["input_prefix"] == "def add(a, b):\n" and sent["prompt"] == ""
         assert sent["cache_prompt"] is True and sent["stream"] is True
     assert server.headers[-1]["X-Session-ID"] == session_id("me", "/repo") and "me" not in server.headers[-1]["X-Session-ID"]
     status = engine.status()["backend"]
@@ -423,3 +423,16 @@ def test_a_real_server_slower_than_the_first_token_timeout_leaves_a_cold_prompt_
     assert completion.stop_reason in ("max_tokens", "eos", "newline")  # answered (by the local model: below)
     status = engine.status()["backend"]
     assert status["fallback_requests"] == 1 and status["fallback_reason"]
+
+
+def test_llamacpp_infill_sends_the_cursor_line_apart_from_the_lines_above_as_llama_vim_does():
+    server = FakeServer()
+    engine = engine_for(server.url(path=""), "llamacpp")
+    for typed in ("re", "ret"):
+        list(engine.stream(CompletionRequest(f"def add(a, b):\n    {typed}", "\n\nprint(add(1, 2))\n",
+                                             stop=StopRule(single_line=True))))
+    first, second = server.requests[-2:]
+    assert first["input_prefix"] == second["input_prefix"] == "def add(a, b):\n"
+    assert first["input_suffix"] == second["input_suffix"] == "\n\nprint(add(1, 2))\n"
+    assert (first["prompt"], second["prompt"]) == ("    re", "    ret")
+    server.stop()

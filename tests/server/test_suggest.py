@@ -338,11 +338,12 @@ def test_a_remote_backend_answers_through_the_same_suggester_and_a_dead_one_is_s
     server = FakeServer()
     server.pieces = ["items", "\n", "more"]
     settings = Settings(backend=Backend(kind="llamacpp", url=server.url(path=""), fallback="none",
-                                        first_token_timeout_ms=500))
+                                        first_token_timeout_ms=500), prefetch=False)  # the last request is the user's
     suggester = Suggester()
     doc = Document("file:///a.py", "for item in \n", "python")
     assert asyncio.run(suggest(suggester, doc, 12, settings)).text == "items"
-    assert server.requests[-1]["input_prefix"].endswith("for item in")  # its trailing space healed
+    # the cursor's line apart from the lines above (none here), its trailing space healed
+    assert server.requests[-1]["input_prefix"] == "" and server.requests[-1]["prompt"] == "for item in"
     assert suggester.status(settings)["backend"]["state"] == "ok"
     server.stop()
     doc = Document("file:///a.py", "for thing in \n", "python")  # not a context whose completion is cached

@@ -17,6 +17,7 @@ export const SERVER_SETTING_KEYS = [
   "speculative",
   "tokenHealing",
   "prefillOnEdit",
+  "prefetch",
   "kvCacheMb",
   "latencyBudgetMs",
   "minConfidence",

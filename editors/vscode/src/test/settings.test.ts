@@ -78,6 +78,7 @@ test("contributed defaults are the server's defaults", () => {
     speculative: true,
     tokenHealing: true,
     prefillOnEdit: true,
+    prefetch: true,
     kvCacheMb: 256,
     latencyBudgetMs: 100,
     minConfidence: 0,
