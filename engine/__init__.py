@@ -14,6 +14,13 @@ if TYPE_CHECKING:
     from .local import LocalEngine
 
 
+def catalog_names() -> frozenset[str]:
+    """The names `memosight model pull` knows (`model = "qwen2.5-coder-0.5b"`): names, not paths."""
+    from .catalog import CATALOG  # no torch, no huggingface_hub
+
+    return frozenset(CATALOG)
+
+
 def load_engine(model: str | None = None, device: str | None = None, dtype: str | None = None,
                 draft_model: str | None = None, *, backend: dict | None = None) -> "Engine":
     """Load a causal LM and its tokenizer into the in-process engine. model=None is the embedded

@@ -21,13 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from .gguf import cache_root
+from .gguf import cache_root, digest_of
 from .protocol import EngineError, ModelLoadError
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 MARKER_SUFFIX = ".verified"  # beside the file: {"sha256", "size", "mtime_ns"} of the copy checked in full
 PART_SUFFIX = ".part"  # a download in progress; the next pull continues it
-HASH_CHUNK = 8 * 2**20
 
 
 @dataclass(frozen=True)
@@ -121,11 +120,7 @@ def by_hand(model: CatalogModel) -> str:
 # --- checking a file ---------------------------------------------------------------------------
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return digest_of(path, hashlib.sha256())
 
 
 def _marker(path: Path) -> Path:

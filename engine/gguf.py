@@ -79,14 +79,18 @@ def gguf_file(model: str) -> Path | None:
     return None
 
 
-def file_hash(path: Path) -> str:
-    import xxhash
-
-    digest = xxhash.xxh3_64()
+def digest_of(path: Path, digest):
+    """`digest` (a hashlib-style object) fed the whole file, in chunks; its hex digest."""
     with path.open("rb") as f:
         while chunk := f.read(HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def file_hash(path: Path) -> str:
+    import xxhash
+
+    return digest_of(path, xxhash.xxh3_64())
 
 
 def dequantized_folder(path: Path) -> Path:

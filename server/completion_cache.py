@@ -27,11 +27,15 @@ class Hit:
     source: str  # "request" or "prefetch": what computed it
 
 
-def context_key(uri: str, before: str, after: str, cut: int | None = None) -> tuple:
+def after_key(after: str) -> tuple:
+    return len(after), content_hash(after[:KEY_CHARS])
+
+
+def context_key(uri: str, before: str, after: str, cut: int | None = None, after_part: tuple | None = None) -> tuple:
     """The key of the context (before[:cut] | after); slicing only the hashed tail keeps a lookup
-    in a large file from copying it 128 times."""
+    in a large file from copying it 128 times, and a lookup hashes `after` once (`after_part`)."""
     cut = len(before) if cut is None else cut
-    return (uri, cut, content_hash(before[max(0, cut - KEY_CHARS):cut]), len(after), content_hash(after[:KEY_CHARS]))
+    return (uri, cut, content_hash(before[max(0, cut - KEY_CHARS):cut]), *(after_part or after_key(after)))
 
 
 class CompletionCache:
@@ -52,9 +56,10 @@ class CompletionCache:
         """The rest of a cached completion that the text just before the cursor types into: the
         context itself first (typed = ""), then up to LOOK_BACK characters back."""
         self.lookups += 1
+        after_part = after_key(after)
         for typed_chars in range(min(LOOK_BACK, len(before)) + 1):
             cut = len(before) - typed_chars
-            entry = self._entries.get(context_key(uri, before, after, cut))
+            entry = self._entries.get(context_key(uri, before, after, cut, after_part))
             if entry is None:
                 continue
             text, source = entry

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memosight.engine.catalog import CATALOG  # names only: no torch, no huggingface_hub
+from memosight.engine import catalog_names
 
 CONFIG_FILE = ".memosight.toml"
 MAX_ERRORS = 20  # per source: a table of thousands of bad keys is not thousands of messages
@@ -333,7 +333,7 @@ def _relative_path(value: str, root: Path) -> bool:
     """Whether a model value is a path relative to the workspace (not a catalog or packaged name or a
     Hugging Face id such as 'org/name'): it exists there, or says it is a path (./, ../, a .gguf file).
     A catalog name (`memosight model list`) is a name even where a folder of that name exists."""
-    if not value or Path(value).is_absolute() or value.startswith("~") or value in CATALOG:
+    if not value or Path(value).is_absolute() or value.startswith("~") or value in catalog_names():
         return False
     return value.startswith(("./", "../", ".\\", "..\\")) or value.lower().endswith(".gguf") or (root / value).exists()
 

@@ -11,7 +11,6 @@ import dataclasses
 import logging
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,7 +26,7 @@ from .completion_cache import CompletionCache, context_key
 from .config import Settings
 from .context.packed import PackedContext
 from .context.packing import ContextCompressor
-from .context.truncation import truncate_around_cursor
+from .context.service import ContextService
 from .context.workspace import WorkspaceIndex
 from .engine_choice import load_engine_from_settings
 from .documents import Document
@@ -47,18 +46,12 @@ class Suggester:
         self._load_engine = load_engine or (lambda settings: load_engine_from_settings(
             settings, str(getattr(self._workspace(), "root", "") or "")))
         self._fallback = fallback  # the server falls back to the defaults; a command-line run says no
-        # the other open documents, whose definitions may enter the context
-        self._open_documents = open_documents
-        # unopened files of the workspace, for the definitions of names used near the cursor
-        self._workspace = workspace
+        self._workspace = workspace  # the workspace index: its root, its state in status()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memosight-engine")
         self._engine_future: Future | None = None
         self._engine_key: tuple | None = None
         self._jobs: dict[str, Job] = {}
         self._warm_ups: dict[str, threading.Event] = {}  # uri -> the cancel event of its pending warm-up
-        # the context the last warm-up built, for a request at the same text and cursor to reuse
-        self._warm_context: tuple[tuple, PackedContext] | None = None
-        self._fim_of: tuple[weakref.ref, bool] | None = None  # (the engine, whether its prompts have FIM tokens)
         # every completion computed, for typing along it (typing-through) and for prefetches
         self.completions = CompletionCache()
         self._completions_settings: Settings | None = None  # the settings its completions were made under
@@ -69,7 +62,7 @@ class Suggester:
         self.counters = Counters()
         self.stages = StageStats()  # where the milliseconds of answered requests went
         self.last_error: str | None = None
-        self.compressor = ContextCompressor()
+        self.context = ContextService(open_documents, workspace)
 
     # --- engine ---------------------------------------------------------------------------------
 
@@ -113,54 +106,18 @@ class Suggester:
         return None
 
 
-    # --- context --------------------------------------------------------------------------------
+    # --- context (server/context/service.py) ---------------------------------------------------
+
+    @property
+    def compressor(self) -> ContextCompressor:
+        return self.context.compressor
 
     def build_context(self, engine: Engine, doc: Document, cursor: int, settings: Settings,
                       others: list[Document] | None = None, timeline: Timeline | None = None) -> PackedContext:
-        """The compressed context at `cursor`: regions of `doc`, of the other open documents
-        (`others`, else every open document) and of the workspace files that define names used near
-        the cursor, packed into settings.context_budget model tokens."""
-        try:
-            if others is None:
-                others = self._open_documents()
-            others = others + self.workspace_documents(doc, cursor, others)
-            if timeline is not None:
-                timeline.mark("workspace")
-            return self.compressor.build(doc, cursor, settings.context_budget, self.suffix_share(engine, settings),
-                                         engine.count_tokens, others)
-        except Exception:  # noqa: BLE001 - a compressor bug must not cost the user the completion
-            log.exception("context compression failed; falling back to plain truncation")
-            return truncate_around_cursor(doc.text, cursor, settings.context_budget,
-                                          self.suffix_share(engine, settings), engine.count_tokens, doc.path)
-
-    def suffix_share(self, engine: Engine, settings: Settings) -> float:
-        """settings.suffix_share, or 0 for a model without FIM tokens: its prompt is the text before
-        the cursor alone, so a budget kept for the text after it would be thrown away."""
-        if self._fim_of is None or self._fim_of[0]() is not engine:
-            self._fim_of = (weakref.ref(engine), engine.status().get("fim_template", "") != "plain")
-        return settings.suffix_share if self._fim_of[1] else 0.0
-
-    def _context_key(self, view: Document, cursor: int, settings: Settings) -> tuple:
-        """What a context depends on: this text and cursor, the budget, and every open document's
-        version (their definitions may be in it) and where the user last worked in it."""
-        others = tuple((d.uri, d.version, len(d.text), d.recent_rows) for d in self._open_documents())
-        return (view.uri, view.version, id(view.text), len(view.text), cursor, settings.context_budget,
-                settings.suffix_share, others)
-
-    def _context_for(self, engine: Engine, view: Document, cursor: int, settings: Settings,
-                     timeline: Timeline) -> PackedContext:
-        """The warm-up's context when it was built for this very text and cursor (the request came
-        after an edit and no more typing), else a new one."""
-        warm = self._warm_context
-        if warm is not None and warm[0] == self._context_key(view, cursor, settings):
-            timeline.mark("context")
-            return warm[1]
-        return self.build_context(engine, view, cursor, settings, timeline=timeline)
+        return self.context.build(engine, doc, cursor, settings, others, timeline)
 
     def workspace_documents(self, doc: Document, cursor: int, open_docs: list[Document]) -> list[Document]:
-        """Unopened workspace files that define names used near the cursor (see workspace.py)."""
-        index = self._workspace()
-        return [] if index is None else index.documents_for(doc, cursor, open_docs)
+        return self.context.workspace_documents(doc, cursor, open_docs)
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -258,8 +215,7 @@ class Suggester:
             if doc.text is not ticket.seen.text:
                 return
             view, view_cursor = doc.around(ticket.cursor)
-            context = self.build_context(engine, view, view_cursor, settings)
-            self._warm_context = (self._context_key(view, view_cursor, settings), context)
+            context = self.context.build_for_warm_up(engine, view, view_cursor, settings)
             engine.prefill(CompletionRequest(context.prefix, context.suffix, doc.language, cancel=cancel,
                                              options=RequestOptions(heal=settings.token_healing)))
         except Exception:  # noqa: BLE001 - a failed warm-up costs only the head start
@@ -436,7 +392,7 @@ class Suggester:
                                         kv_cache_bytes=settings.kv_cache_mb * 2**20))
         view, view_cursor = doc.around(cursor)  # a large file: a window of it
         stop, multiline = completion_mode(view, view_cursor, settings)
-        context = self._context_for(engine, view, view_cursor, settings, timeline)
+        context = self.context.for_request(engine, view, view_cursor, settings, timeline)
         timeline.mark("context")
         if stale is not None and stale():
             return "", None
