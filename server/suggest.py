@@ -7,7 +7,6 @@ the engine only through the engine protocol (memosight.engine.protocol).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import threading
 import time
@@ -28,7 +27,7 @@ from .context.packed import PackedContext
 from .context.packing import ContextCompressor
 from .context.service import ContextService
 from .context.workspace import WorkspaceIndex
-from .engine_choice import load_engine_from_settings
+from .engine_choice import load_engine_from_settings, load_with_fallback
 from .documents import Document
 from .mode import completion_mode, max_new_tokens, post_process
 from .requests import Answer, Counters, Generation, Job, Suggestion, Ticket, typed_into
@@ -72,32 +71,10 @@ class Suggester:
         if self._engine_future is None or key != self._engine_key or self._engine_future.cancelled():
             self._engine_key = key
             self.last_error = None
-            self._engine_future = self._executor.submit(self._load_with_fallback, settings)
+            # the server falls back to the defaults and says so; a command-line run says no
+            self._engine_future = self._executor.submit(load_with_fallback, self._load_engine, settings,
+                                                        self._messages.append if self._fallback else None)
         return self._engine_future
-
-    def _load_with_fallback(self, settings: Settings) -> Engine:
-        """Load what `settings` name; if that fails, say why and load the defaults for the model,
-        device and dtype keys instead, so a bad value costs that key only."""
-        try:
-            return self._load_engine(settings)
-        except Exception as exc:
-            if not self._fallback:
-                raise
-            if settings.draft_model is not None:  # a bad draft costs the draft only
-                try:
-                    engine = self._load_engine(dataclasses.replace(settings, draft_model=None))
-                except Exception:  # noqa: BLE001 - the model itself is at fault too: the defaults below
-                    pass
-                else:
-                    self._messages.append(f"{exc}. Going on without the draft model.")
-                    return engine
-            defaults = Settings()
-            fallback = dataclasses.replace(settings, model=defaults.model, draft_model=defaults.draft_model,
-                                           device=defaults.device, dtype=defaults.dtype)
-            if fallback == settings:
-                raise
-            self._messages.append(f"{exc}. Using the default model, device and dtype instead.")
-            return self._load_engine(fallback)
 
     def engine_if_ready(self) -> Engine | None:
         f = self._engine_future
