@@ -232,6 +232,12 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
         if not isinstance(uri, str) or not isinstance(line, int) or isinstance(line, bool) or line < 0:
             log.warning("%s: expected {\"textDocument\": {\"uri\": ...}, \"line\": N >= 0}, got %r; ignored",
                         VISITED_METHOD, params)
+        elif _field(params, "entered") is True and (doc := ls.documents.get(uri)) is not None:
+            # The user opened or switched to this file and reads it: prefill the prompt at the end
+            # of their line now, so the first keystroke there prefills only what it adds. (Not
+            # recent code: they have not worked there yet.)
+            line = min(line, doc.line_count - 1)
+            ls.suggester.warm(doc, doc.line_starts[line] + len(doc.line_text(line)), ls.settings)
         elif not ls.documents.visit(uri, line):
             log.info("%s for %s, which is not open; ignored", VISITED_METHOD, uri)
 

@@ -49,6 +49,11 @@ def max_new_tokens(settings: Settings, multiline: bool) -> int:
     return settings.max_new_tokens if multiline else min(settings.max_new_tokens, SINGLE_LINE_MAX_TOKENS)
 
 
+def finished_lines(text: str) -> str:
+    """`text` up to its last newline: the lines the model has finished writing."""
+    return text[:text.rfind("\n")] if "\n" in text else ""
+
+
 def post_process(text: str, multiline: bool) -> str:
     """Final tidy-up: no trailing whitespace, no dangling blank lines."""
     text = text.rstrip()

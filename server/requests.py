@@ -58,6 +58,9 @@ class Generation:
     partial: str = ""  # text generated so far (post-processing not yet applied)
     future: Future | None = None
     settings: object = None  # the settings it runs under: a request under others never joins it
+    # A multi-line run's first finished line(s), as a Suggestion, as soon as they are written: the
+    # request shows them while the run goes on; the rest lands in the completion cache.
+    first_lines: Future = field(default_factory=Future)
 
 
 @dataclass
@@ -88,6 +91,8 @@ class Counters:
     superseded: int = 0
     typed_through: int = 0  # answered from the rest of the suggestion being typed, no model call
     joined: int = 0  # waited for a running generation that the typed text still matched
+    warm_ups: int = 0  # prompts prefilled ahead: after an edit, on entering a file
+    first_lines: int = 0  # answered with a multi-line run's first line while the rest was still written
     prefetched: int = 0  # suggestions computed ahead for the text after taking the one on screen
     accepted: int = 0
     accepted_chars: int = 0
@@ -100,7 +105,7 @@ class Counters:
         return {
             "requests": self.requests, "completed": self.completed, "empty": self.empty,
             "cancelled": self.cancelled, "superseded": self.superseded, "typed_through": self.typed_through,
-            "joined": self.joined, "prefetched": self.prefetched, "accepted": self.accepted,
+            "joined": self.joined, "first_lines": self.first_lines, "warm_ups": self.warm_ups, "prefetched": self.prefetched, "accepted": self.accepted,
             "accepted_chars": self.accepted_chars, "errors": self.errors,
             "latency_ms": {"last": round(self.latencies_ms[-1], 2) if lat else None,
                            "p50": pick(0.5), "p95": pick(0.95)},

@@ -29,7 +29,7 @@ from .context.service import ContextService
 from .context.workspace import WorkspaceIndex
 from .engine_choice import load_engine_from_settings, load_with_fallback
 from .documents import Document
-from .mode import completion_mode, max_new_tokens, post_process
+from .mode import completion_mode, finished_lines, max_new_tokens, post_process
 from .requests import Answer, Counters, Generation, Job, Suggestion, Ticket, typed_into
 from .timeline import StageStats, Timeline
 
@@ -171,22 +171,25 @@ class Suggester:
         """An edit landed at `cursor`: prefill the prompt a request there would get, now, on the
         engine thread. Editors wait 75-350 ms before they ask; the request then finds its prompt
         (mostly) computed. A newer edit or the request itself stops it between chunks."""
-        engine = self.engine_if_ready()
         self._stop_warm_up(doc.uri)
         self._stop_prefetch(doc.uri, unless_at=context_key(doc.uri, doc.text[:cursor], doc.text[cursor:]))
-        if engine is None or not settings.prefill_on_edit or self._stopped:
+        if not settings.prefill_on_edit or self._stopped:
             return
         cancel = self._warm_ups[doc.uri] = threading.Event()
-        self._executor.submit(self._warm_up, engine, Ticket.of(doc, cursor), settings, cancel)
+        self.counters.warm_ups += 1
+        # The engine thread runs in order: a warm-up sent while the engine loads runs right after it
+        # (a file opened at start is then warm before the user's first key).
+        self._executor.submit(self._warm_up, self.ensure_engine(settings), Ticket.of(doc, cursor), settings, cancel)
 
     def _stop_warm_up(self, uri: str) -> None:
         cancel = self._warm_ups.pop(uri, None)
         if cancel is not None:
             cancel.set()
 
-    def _warm_up(self, engine: Engine, ticket: Ticket, settings: Settings, cancel: threading.Event) -> None:
-        if cancel.is_set() or ticket.stale():
+    def _warm_up(self, loading: Future, ticket: Ticket, settings: Settings, cancel: threading.Event) -> None:
+        if cancel.is_set() or ticket.stale() or not loading.done() or loading.exception() is not None:
             return
+        engine = loading.result()
         try:
             doc = ticket.doc.frozen()
             if doc.text is not ticket.seen.text:
@@ -221,7 +224,7 @@ class Suggester:
         ticket = Ticket.of(doc, cursor)
         try:
             suggestion = await self._suggest(ticket, settings, on_partial, cold, timeline)
-            if suggestion is not None:
+            if suggestion is not None and suggestion.stop_reason != "first_line":  # else: its run goes on
                 self.prefetch(ticket, suggestion.text, settings)
         except Exception as exc:  # not CancelledError: that is the client's cancel, and propagates  # noqa: BLE001 - the server answers every request and stays up
             log.exception("completion failed")
@@ -286,8 +289,7 @@ class Suggester:
             else:
                 timeline.mark("handler")
                 timeline.kind = "joined"
-            # shield: a joined request that is cancelled must not cancel the shared generation's future
-            suggestion = await asyncio.shield(asyncio.wrap_future(gen.future))
+            suggestion = await self._first_answer(gen, text, cursor, timeline)
             if timeline.kind == "joined":
                 timeline.mark("joined")
         except asyncio.CancelledError:
@@ -319,6 +321,23 @@ class Suggester:
         self.counters.completed += 1
         self.counters.latencies_ms.append(suggestion.latency_ms)
         return suggestion
+
+    async def _first_answer(self, gen: Generation, text: str, cursor: int, timeline: Timeline) -> Suggestion | None:
+        """What `gen` gives the request at (`text`, `cursor`) first: the finished run, or, while a
+        multi-line run goes on, its first line(s) when they still extend what was typed since. The
+        user reads a line sooner than a block; the rest is there after Tab (joined, or cached)."""
+        full = asyncio.wrap_future(gen.future)
+        early = asyncio.wrap_future(gen.first_lines)
+        # asyncio.wait does not cancel what it waits on: a cancelled request leaves the shared run alone
+        done, _ = await asyncio.wait({full, early}, return_when=asyncio.FIRST_COMPLETED)
+        if full not in done and not early.cancelled() and (first := early.result()) is not None:
+            typed = text[first.offset:cursor]
+            if first.text.startswith(typed) and len(first.text) > len(typed):
+                timeline.kind = "first_line"
+                self.counters.first_lines += 1
+                return first
+        # shield: a request that is cancelled must not cancel the shared generation's future
+        return await asyncio.shield(full)
 
     def _finish_cancelled(self, job: Job) -> None:
         if job.superseded:
@@ -355,6 +374,7 @@ class Suggester:
                   doc.uri.rsplit("/", 1)[-1], cursor, latency, completion.first_token_ms, completion.prompt_tokens,
                   completion.reused_tokens, completion.tokens, completion.stop_reason)
         suggestion = Suggestion(text, cursor, latency, completion.prompt_tokens, completion.stop_reason)
+        gen.first_lines.cancel()  # never set (one line, or none): the requests take the whole run
         timeline.mark("post")
         return suggestion
 
@@ -377,11 +397,16 @@ class Suggester:
                                     stop, cancel, RequestOptions(cold=cold, heal=settings.token_healing))
         stream = engine.stream(request)
         text = ""
+        started = time.perf_counter()
         try:
             for piece in stream:
                 text += piece
                 if gen is not None:
                     gen.partial = text
+                    if multiline and not gen.first_lines.done() and (lines := finished_lines(text)).strip():
+                        gen.first_lines.set_result(Suggestion(
+                            post_process(lines, multiline), cursor, (time.perf_counter() - started) * 1000,
+                            0, "first_line"))
                 if on_piece is not None and not cancel.is_set():
                     on_piece(text)
         finally:

@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--functions", type=int, default=3, help="functions to type back")
     parser.add_argument("--max-chars", type=int, default=400, help="skip functions longer than this")
     parser.add_argument("--key-ms", type=float, default=120.0, help="time between keys (default 120)")
+    parser.add_argument("--read-ms", type=float, default=0.0,
+                        help="time between opening a function's file and its first key, the user reading "
+                             "and moving to the spot (default 0)")
     parser.add_argument("--newline-ms", type=float, default=600.0, help="time after a newline (default 600)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=setting,
                         help="a memosight setting for both memosight systems (repeatable)")
@@ -87,7 +90,7 @@ async def type_function(system, path: Path, text: str, start: int, end: int, arg
     await system.open(str(path), doc, cursor)
     remaining = body
     typed.chars += len(body)
-    due = time.perf_counter()
+    due = time.perf_counter() + args.read_ms / 1000
     while remaining:
         await asyncio.sleep(max(0.0, due - time.perf_counter()))
         shown = system.visible()
@@ -210,14 +213,16 @@ async def bench(args) -> dict:
     for r in results:
         r["vs_llamavim"] = (round(r["chars_saved"] / base["chars_saved"], 2) if base and base["chars_saved"]
                             else None)
-    return {"clock": "real", "key_ms": args.key_ms, "newline_ms": args.newline_ms, "seed": args.seed,
+    return {"clock": "real", "key_ms": args.key_ms, "newline_ms": args.newline_ms, "read_ms": args.read_ms,
+            "seed": args.seed,
             "model": args.model or "embedded", "gguf": args.gguf, "settings": dict(args.set),
             "functions": [f"{p.name}:{t.count(chr(10), 0, s) + 1}" for p, t, s, _ in functions],
             "systems": results}
 
 
 def render(result: dict) -> str:
-    lines = [f"typing at {result['key_ms']:g} ms a key, {result['newline_ms']:g} ms after a newline (real clock); "
+    reading = f", {result['read_ms']:g} ms reading a file before its first key" if result.get("read_ms") else ""
+    lines = [f"typing at {result['key_ms']:g} ms a key, {result['newline_ms']:g} ms after a newline{reading} (real clock); "
              f"model {result['model']}; functions {', '.join(result['functions'])}"
              + (f"; memosight settings {result['settings']}" if result.get("settings") else ""),
              f"{'system':<20}{'keys':>6}{'visible':>9}{'saved':>7}{'share':>8}{'vs vim':>8}{'takes':>7}{'mean':>6}"

@@ -85,6 +85,9 @@ class LspSystem:
         self.uri, self.text, self.version, self.shown = Path(path).resolve().as_uri(), text, 1, None
         self.lsp.notify("textDocument/didOpen", {"textDocument": {"uri": self.uri, "languageId": "python",
                                                                   "version": 1, "text": text}})
+        # The shipped clients say where the cursor is on entering a buffer: the server warms there.
+        self.lsp.notify("memosight/visited", {"textDocument": {"uri": self.uri},
+                                              "line": position_of(text, cursor)["line"], "entered": True})
 
     async def edit(self, text: str, cursor: int, inserted: str, accepted: bool) -> None:
         at = position_of(self.text, cursor - len(inserted))

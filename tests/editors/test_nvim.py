@@ -150,6 +150,10 @@ def test_the_same_plugin_completes_through_a_real_llama_cpp_server(headless_nvim
 VISITS_DRIVER_LUA = r"""
 run(function()
   local buf, client = open_file()
+  out.warm_ups = wait_for("the prompt prefilled on entering the buffer", 10000, function()
+    local result = status(buf)
+    return result and result.requests.warm_ups > 0 and result.requests.warm_ups
+  end)
   vim.api.nvim_input("2Gyy") -- a yank on the second line
   local function rows()
     local result = status(buf)
@@ -169,5 +173,6 @@ end)
 
 def test_yanks_and_leaving_a_buffer_tell_the_server_where_the_user_was(headless_nvim, repeater_model_dir):
     out = headless_nvim.run(VISITS_DRIVER_LUA, repeater_model_dir)
+    assert out["warm_ups"] >= 1  # the buffer on screen when the client attached
     assert out["after_yank"] == [1]
     assert out["after_leave"] == [2]  # the same area as the yank: one row, the latest

@@ -284,6 +284,22 @@ async def test_an_edit_starts_the_prefill_of_the_prompt_at_its_end(tmp_path, lsp
         assert client.engine.requests[-1].prefix.endswith("    total")  # no warm-up here: built anew
 
 
+async def test_entering_a_file_starts_the_prefill_of_the_prompt_at_the_users_line(tmp_path, lsp_session, lsp_status):
+    async with lsp_session(tmp_path, init_options={"max_new_tokens": 4}) as client:
+        uri = open_doc(client, tmp_path / "a.py")
+        await inline(client, uri, 1, 4)  # the engine is loaded: warm-ups need one
+        other = open_doc(client, tmp_path / "b.py", "import os\n\ndef walk(top):\n    for root in os.walk(top):\n")
+        client.protocol.notify("memosight/visited", {"textDocument": {"uri": other}, "line": 2})  # left it
+        await lsp_status(client)  # handled
+        assert client.engine.prefills == []  # leaving a file warms nothing
+        client.protocol.notify("memosight/visited", {"textDocument": {"uri": other}, "line": 3, "entered": True})
+        await eventually(lambda: client.engine.prefills)
+        (warm,) = client.engine.prefills
+        assert warm.prefix.endswith("def walk(top):\n    for root in os.walk(top):")  # the end of the user's line
+        status = await lsp_status(client)
+        assert status["requests"]["warm_ups"] == 1 and list(status["recent_rows"].values()) == [[2]]  # not a visit
+
+
 # --- issue 14: one bad file, setting or message never hurts the rest ------------------------------
 
 def edit(client, uri: str, version: int, start: tuple[int, int], end: tuple[int, int], text: str) -> None:

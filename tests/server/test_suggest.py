@@ -156,6 +156,40 @@ def test_a_running_generation_that_still_matches_is_joined_not_restarted(scripte
     assert len(engine.requests) == 1 and suggester.counters.joined == 1
 
 
+def test_a_multi_line_run_shows_its_first_line_at_once_and_the_rest_after_tab(scripted_engine):
+    body = "total = 0\n    for x in xs:\n        total += x\n    return total"
+    engine = scripted_engine(body, delay=0.02, repeat=False)
+    suggester = Suggester(lambda settings: engine)
+    doc = Document("file:///a.py", "def f(xs):\n    \n", "python")
+    cursor = doc.text.index("    \n") + 4
+    # multi-line at an empty function body; no budget cuts the slow tokens; no prefetch request
+    settings = Settings(latency_budget_ms=0, prefetch=False)
+
+    async def scenario():
+        first = await suggest(suggester, doc, cursor, settings)
+        written_then = engine.emitted
+        line = "total = 0\n    "
+        doc.apply_change(line, doc.position_at(cursor), doc.position_at(cursor))  # Tab, Enter
+        rest = await suggest(suggester, doc, cursor + len(line), settings)
+        return first, written_then, rest
+
+    first, written_then, rest = asyncio.run(scenario())
+    assert first.text == "total = 0" and first.stop_reason == "first_line"
+    assert written_then < len(body)  # answered while the model was still writing the block
+    assert rest.text == "for x in xs:\n        total += x\n    return total"
+    assert len(engine.requests) == 1 and suggester.counters.first_lines == 1  # one run served both
+
+
+def test_a_one_line_run_is_answered_whole(scripted_engine):
+    engine = scripted_engine("total = 0", repeat=False)
+    suggester = Suggester(lambda settings: engine)
+    doc = Document("file:///a.py", "def f(xs):\n    \n", "python")
+    cursor = doc.text.index("    \n") + 4
+    answer = asyncio.run(suggest(suggester, doc, cursor, Settings(prefetch=False)))
+    assert answer.text == "total = 0" and answer.stop_reason != "first_line"
+    assert suggester.counters.first_lines == 0
+
+
 def test_build_context_compresses_with_the_other_open_documents(scripted_engine):
     helper = Document("file:///pkg/util.py", "def far_helper(count, scale=3):\n    return count * scale\n", "python")
     filler = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(300))

@@ -128,6 +128,7 @@ class MemoSight implements vscode.Disposable {
       return;
     }
     this.schedulePoll(0);
+    this.visited(vscode.window.activeTextEditor, true); // the file on screen at start: warm before the first key
   }
 
   async stop(): Promise<void> {
@@ -151,11 +152,12 @@ class MemoSight implements vscode.Disposable {
     await this.start();
   }
 
-  /** The user left `editor` (another one became active): where they were is recent code. */
-  left(editor: vscode.TextEditor | undefined): void {
+  /** The user left `editor` (another one became active): where they were is recent code. Or, with
+   * `entered`, they are now in it: the server prefills the prompt at their line. */
+  visited(editor: vscode.TextEditor | undefined, entered = false): void {
     const document = editor?.document;
     const params = visitedParams(document?.uri.toString(), document?.uri.scheme, document?.languageId,
-      editor?.selection.active.line, LANGUAGES);
+      editor?.selection.active.line, LANGUAGES, entered);
     if (params && this.client?.isRunning()) {
       this.client.sendNotification(VISITED_METHOD, params).catch((error) => {
         this.output.debug(`memosight/visited: ${error instanceof Error ? error.message : String(error)}`);
@@ -299,7 +301,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     // Trust granted: the project's own backend setting may now apply; the server re-reads the settings.
     vscode.workspace.onDidGrantWorkspaceTrust(() => void instance.settingsChanged()),
     vscode.window.onDidChangeActiveTextEditor((editor) => {
-      instance.left(active);
+      instance.visited(active);
+      instance.visited(editor, true);
       active = editor;
     }),
     vscode.workspace.onDidChangeConfiguration((event) => {

@@ -49,7 +49,7 @@ def test_the_typist_takes_what_is_on_screen_when_a_key_is_due_and_types_the_rest
     start = text.index("def")
     system = Oracle(body, n=5, delay_keys=2)
     typed = Typed()
-    args = types.SimpleNamespace(key_ms=0.0, newline_ms=0.0)
+    args = types.SimpleNamespace(key_ms=0.0, newline_ms=0.0, read_ms=0.0)
     asyncio.run(type_function(system, Path("a.py"), text, start, start + len(body), args, typed))
     assert system.text == text  # the buffer ends as the file was
     typed_chars = sum(len(piece) for piece, accepted in system.edits if not accepted)
@@ -64,7 +64,7 @@ def test_the_typist_takes_what_is_on_screen_when_a_key_is_due_and_types_the_rest
 def test_a_suggestion_never_on_screen_in_time_saves_nothing():
     body = "x = compute(1, 2)\n"
     typed = Typed()
-    args = types.SimpleNamespace(key_ms=0.0, newline_ms=0.0)
+    args = types.SimpleNamespace(key_ms=0.0, newline_ms=0.0, read_ms=0.0)
     system = Oracle(body, n=5, delay_keys=10**6)
     asyncio.run(type_function(system, Path("a.py"), body, 0, len(body), args, typed))
     assert typed.saved == 0 and typed.visible == 0 and typed.keys == len(body)

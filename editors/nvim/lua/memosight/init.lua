@@ -141,13 +141,22 @@ end
 local function report_visits(client, bufnr)
   local group = vim.api.nvim_create_augroup("memosight.visits", { clear = false })
   vim.api.nvim_clear_autocmds({ group = group, buffer = bufnr })
-  local function send(line)
+  local function send(line, entered)
     if client:is_stopped() then
       return
     end
     require("memosight.extmark").call(client, "notify", VISITED_METHOD,
-      { textDocument = { uri = vim.uri_from_bufnr(bufnr) }, line = line })
+      { textDocument = { uri = vim.uri_from_bufnr(bufnr) }, line = line, entered = entered or nil })
   end
+  -- Entering the buffer (and attaching to the one on screen): the server prefills the prompt at the
+  -- cursor's line while the user reads, so the first keystroke is answered sooner.
+  local function entered()
+    if vim.api.nvim_get_current_buf() == bufnr then
+      send(vim.api.nvim_win_get_cursor(0)[1] - 1, true)
+    end
+  end
+  vim.api.nvim_create_autocmd("BufEnter", { group = group, buffer = bufnr, callback = entered })
+  vim.schedule(entered)
   vim.api.nvim_create_autocmd("TextYankPost", {
     group = group,
     buffer = bufnr,
