@@ -3,8 +3,8 @@
 `FaultyEngine` wraps any Engine and, by a seeded plan, makes some streams raise in the middle of a
 generation and some start late, without touching the wrapped engine's internals: faults enter
 through the engine protocol, exactly where a real engine's failures (a CUDA error, an HTTP
-disconnect, a slow GPU) would. `memosight-lsp --inject-faults SPEC` puts it in front of the engine
-the settings load; `status()` counts what was injected.
+disconnect, a slow GPU) would. `python -m memosight.server.with_faults --faults SPEC` (a test-only
+entry point) puts it in front of the engine the settings load; `status()` counts what was injected.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -64,6 +64,10 @@ class CompletionRequest:
     # Set by the server when the request is superseded or cancelled; checked between decode steps.
     cancel: threading.Event = field(default_factory=threading.Event)
     options: RequestOptions = field(default_factory=RequestOptions)
+    # Called, on the engine's thread, when the engine cannot serve the request as configured (a
+    # backend that is down, too slow or failing): (kind of failure, what happened and what to do).
+    # It is called as soon as that is known, before any fallback answers, so the user hears it at once.
+    on_notice: Callable[[str, str], None] | None = None
 
     def __post_init__(self) -> None:
         self.prefix, self.suffix = valid_text(self.prefix), valid_text(self.suffix)

@@ -173,7 +173,7 @@ class RemoteEngine(Engine):
         try:
             events = self._open_learning_infill(request, report)
         except RemoteError as exc:
-            self._failed(exc)
+            self._failed(exc, request)
             if exc.kind in UNREACHABLE and self._fallback_factory is not None:
                 return (yield from self._from_fallback(request, str(exc)))
             raise
@@ -198,7 +198,7 @@ class RemoteEngine(Engine):
             if request.cancel.is_set():  # we closed the stream ourselves
                 state.stop_reason = "cancelled"
             else:
-                self._failed(exc)
+                self._failed(exc, request)
                 if not (first_token_ms == 0.0 and exc.kind in UNREACHABLE and self._fallback_factory is not None):
                     raise
                 # Nothing shown yet and the server too slow or gone (a one-slot server busy with a
@@ -252,12 +252,19 @@ class RemoteEngine(Engine):
         yield from stream
         return stream.completion
 
-    def _failed(self, exc: RemoteError) -> None:
+    def _failed(self, exc: RemoteError, request: CompletionRequest) -> None:
         self.failures += 1
         self.last_error = str(exc)
         self.state = "unreachable" if exc.kind in UNREACHABLE else "error"
         self.retry_at = time.monotonic() + min(60.0, 2.0 ** min(self.failures - 1, 6))  # 1 s, 2 s, ... 60 s
         log.warning("backend %s: %s", self.settings.url, exc)
+        if request.on_notice is not None:
+            covered = exc.kind in UNREACHABLE and self._fallback_factory is not None
+            then = ("the local model answers meanwhile" if covered
+                    else "no suggestions from it until it answers again")
+            # gone or too slow is one kind for the user: a server stopping shows as either, in turn
+            kind = "unreachable" if exc.kind in UNREACHABLE else exc.kind
+            request.on_notice(kind, f"the {self.settings.kind} backend failed: {exc}; {then}.")
 
     # --- the two protocols -----------------------------------------------------------------------
 

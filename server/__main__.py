@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import logging.handlers
 import os
 import sys
 
@@ -18,9 +19,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--log-file", help="write logs to this file instead of stderr")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--version", action="version", version=f"memosight-lsp {__version__}")
-    parser.add_argument("--inject-faults", metavar="SPEC", type=fault_plan,
-                        help="for reliability tests: make the engine fail or stall on purpose, e.g. "
-                             "'raise=0.05,slow=0.05,slow_ms=400,seed=0' (see memosight bench soak)")
     args = parser.parse_args(argv)
     if args.tcp:
         host, sep, port = args.tcp.rpartition(":")
@@ -30,17 +28,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def fault_plan(spec: str):
-    from memosight.engine.faults import FaultPlan
-
-    try:
-        return FaultPlan.parse(spec)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+LOG_FILE_BYTES = 10 * 2**20
 
 
 def setup_logging(log_file: str | None, level: str) -> None:
-    handler: logging.Handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    # A log file is bounded: at 10 MB it moves to FILE.1 (the one before is dropped) and starts anew.
+    handler: logging.Handler = (logging.handlers.RotatingFileHandler(log_file, maxBytes=LOG_FILE_BYTES, backupCount=1)
+                                if log_file else logging.StreamHandler(sys.stderr))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
@@ -50,20 +44,14 @@ def setup_logging(log_file: str | None, level: str) -> None:
     logging.getLogger("transformers").setLevel(logging.ERROR)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, load_engine=None) -> int:
+    """The server. `load_engine`: how the engine is made from the settings (default: as they say;
+    server/with_faults.py passes one that fails on purpose, for `bench soak`)."""
     args = parse_args(argv)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # its advice is noise in an editor's log
     setup_logging(args.log_file, args.log_level)
     from .lsp import create_server
 
-    load_engine = None
-    if args.inject_faults:
-        from memosight.engine.faults import FaultyEngine
-
-        from .engine_choice import load_engine_from_settings
-
-        def load_engine(settings):
-            return FaultyEngine(load_engine_from_settings(settings), args.inject_faults)
     server = create_server(load_engine)
     if args.tcp:
         server.start_tcp(args.host, args.port)

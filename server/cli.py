@@ -22,6 +22,8 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("bench", "replay"): ("bench_replay", "type real files back through memosight-lsp"),
     ("bench", "typing"): ("bench_typing", "a typist on held-out code: memosight beside llama.vim on llama-server"),
     ("bench", "soak"): ("bench_soak", "long typing through memosight-lsp with engine faults injected"),
+    ("bench", "fuzz"): ("bench_fuzz", "a hostile client at scale: seeds x messages, each request answered once, "
+                                      "documents intact, peak memory"),
     ("train", "model"): ("train_model", "train the base code model (FIM objective)"),
     ("train", "heads"): ("train_heads", "train the draft heads of a model (base frozen)"),
     ("train", "draft"): ("train_draft", "train a draft model for a target by distillation"),

@@ -4,6 +4,7 @@ the incremental tree-sitter parse that follows them."""
 from __future__ import annotations
 
 import bisect
+import hashlib
 import re
 import threading
 from dataclasses import dataclass, field
@@ -14,11 +15,25 @@ from .context.languages import GRAMMAR_FOR_LANGUAGE_ID, parser_for
 
 LINE_END = re.compile(r"\r\n|\r|\n")
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024  # larger files are kept but get no completions
+
+
+def text_digest(text: str) -> str:
+    """A short hash of a document's text (lone surrogates included, as JSON can carry them), for a
+    client to check that the server's copy equals its own."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 # Larger files are no context for other files (as the workspace index skips them), and are
 # completed from a window around the cursor: their cost stays that of a file this size.
 LARGE_DOCUMENT_CHARS = 300_000
 WINDOW_BEFORE, WINDOW_AFTER = 200_000, 50_000
 WINDOW_GRID = 16_384  # window ends snap to this grid: typing does not move them, so caches hold
+
+
+def memory_estimate(chars: int) -> int:
+    """Bytes a document of `chars` characters takes, measured (code of 70-character lines): text,
+    line starts and tree-sitter tree ~32 a character; a large one, parsed by window only, ~2."""
+    return chars * (2 if chars > LARGE_DOCUMENT_CHARS else 32)
 
 
 def file_path(uri: str) -> str | None:
@@ -308,18 +323,29 @@ class DocumentStore:
     """The documents the editor has open, by URI, and those it closed lately: what the user has seen
     and edited is the other-file context an editor offers (llama.vim's ring of recent chunks)."""
 
-    RECENTLY_CLOSED = 8
+    RECENTLY_CLOSED = 8  # closed documents kept as context (none over LARGE_DOCUMENT_CHARS)
+    # The memory all open documents may take, as memory_estimate() counts it: a file opened past it
+    # is not kept (and says so). An editor's open files take far less (50 files of 50,000 characters:
+    # ~80 MB); a client that opens without closing cannot exhaust the machine.
+    MAX_OPEN_BYTES = 256 * 2**20
 
     def __init__(self) -> None:
         self._docs: dict[str, Document] = {}  # most recently opened or edited last
         self._closed: dict[str, Document] = {}  # most recently closed last
 
-    def open(self, uri: str, text: str, language: str, version: int) -> Document:
-        doc = Document(uri, text, language, version)
+    def open(self, uri: str, text: str, language: str, version: int) -> Document | None:
+        """The document, now open; None when it is not kept: it would take the open documents past
+        MAX_OPEN_BYTES."""
         self._closed.pop(uri, None)
         self._docs.pop(uri, None)
+        if self.open_bytes() + memory_estimate(len(text)) > self.MAX_OPEN_BYTES:
+            return None
+        doc = Document(uri, text, language, version)
         self._docs[uri] = doc
         return doc
+
+    def open_bytes(self) -> int:
+        return sum(memory_estimate(len(d.text)) for d in self._docs.values())
 
     def get(self, uri: str) -> Document | None:
         return self._docs.get(uri)

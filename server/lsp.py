@@ -21,7 +21,7 @@ from pygls.lsp.server import LanguageServer
 from . import __version__
 from .config import ConfigError, ConfigSources, Settings, validate
 from .context.workspace import WorkspaceIndex
-from .documents import Document, DocumentStore, Position, file_path
+from .documents import Document, DocumentStore, Position, file_path, text_digest
 from .rpc import MemoSightProtocol, serve, stdin_reader
 from .suggest import Suggester, Suggestion
 
@@ -48,6 +48,9 @@ class MemoSightServer(LanguageServer):
         self.workspace_index: WorkspaceIndex | None = None  # set up at initialize, once the root is known
         self.suggester = Suggester(load_engine, open_documents=self.documents.recent,
                                    workspace=lambda: self.workspace_index)
+        # a backend that fails, said as soon as the engine knows (the suggester says it once an hour)
+        self.suggester.say = lambda message: self.report(f"MemoSight: {message}", types.MessageType.Error,
+                                                         again=True)
         self._reported: set[str] = set()  # messages already shown, so a bad file is reported once
         self._popup_times: list[float] = []
         self.log_level = logging.getLogger("memosight").level  # the command line's; a setting overrides it
@@ -56,9 +59,11 @@ class MemoSightServer(LanguageServer):
     def settings(self) -> Settings:
         return self.config.settings()
 
-    def report(self, message: str, kind: types.MessageType = types.MessageType.Warning) -> None:
+    def report(self, message: str, kind: types.MessageType = types.MessageType.Warning, again: bool = False) -> None:
+        """Log `message` and show it to the user, once (`again`: as often as the caller asks; it
+        limits itself), and never more than POPUPS_PER_MINUTE a minute."""
         log.warning(message)
-        if message in self._reported:
+        if message in self._reported and not again:
             return
         now = time.monotonic()
         self._popup_times = [t for t in self._popup_times if now - t < 60]
@@ -197,7 +202,11 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
     @ls.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: MemoSightServer, params: types.DidOpenTextDocumentParams) -> None:
         d = params.text_document
-        ls.documents.open(d.uri, d.text, d.language_id, d.version)
+        if ls.documents.open(d.uri, d.text, d.language_id, d.version) is None:
+            limit = ls.documents.MAX_OPEN_BYTES // 2**20
+            ls.report(f"MemoSight: the open files take about {ls.documents.open_bytes() / 2**20:.0f} MB; with "
+                      f"{d.uri} they would pass the {limit} MB MemoSight keeps for them. It gets no completions "
+                      f"until other files are closed and it is opened again.")
 
     @ls.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: MemoSightServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -273,6 +282,8 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
         out["recent_rows"] = {d.uri: list(d.recent_rows) for d in ls.documents.all() if d.recent_rows}
         out["settings"] = dataclasses.asdict(ls.settings)
         out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
+        if _field(params, "digests") is True:  # {"digests": true}: what the fuzz harness checks texts by
+            out["digests"] = {d.uri: text_digest(d.text) for d in ls.documents.all()}
         return out
 
     @ls.command(ACCEPTED_COMMAND)

@@ -55,8 +55,12 @@ class Suggester:
         self.completions = CompletionCache()
         self._completions_settings: Settings | None = None  # the settings its completions were made under
         self._prefetches: dict[str, tuple[tuple, threading.Event]] = {}  # uri -> (its context key, cancel)
-        self._messages: deque[str] = deque()  # for the user, filled on the engine thread
+        self._messages: deque[str] = deque(maxlen=32)  # for the user, filled on the engine thread
         self._shown_failures: dict[str, float] = {}  # failure kind -> when it was last shown
+        # The engine's notices (a backend down, slow, failing), by kind: a handful of kinds, so bounded.
+        self.notices: dict[str, dict] = {}
+        self.say: Callable[[str], None] | None = None  # shows a message to the user now (lsp sets it)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the requests' event loop, for `say`
         self._stopped = False
         self.counters = Counters()
         self.stages = StageStats()  # where the milliseconds of answered requests went
@@ -222,6 +226,7 @@ class Suggester:
         """
         timeline = timeline if timeline is not None else Timeline()
         ticket = Ticket.of(doc, cursor)
+        self._loop = asyncio.get_running_loop()
         try:
             suggestion = await self._suggest(ticket, settings, on_partial, cold, timeline)
             if suggestion is not None and suggestion.stop_reason != "first_line":  # else: its run goes on
@@ -241,12 +246,28 @@ class Suggester:
             messages.append(self._messages.popleft())
         return Answer(suggestion, ticket.seen, messages)
 
+    def _notice(self, kind: str, message: str) -> None:
+        """The engine says it cannot serve as configured (engine thread). Shown to the user at once,
+        once per kind an hour; kept for memosight/status; the engine logs each one itself."""
+        seen = self.notices.get(kind, {"count": 0})
+        self.notices[kind] = {"message": message, "count": seen["count"] + 1, "at": time.time()}
+        if not self._first_this_hour(kind):
+            return
+        loop, say = self._loop, self.say
+        if say is not None and loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(say, message)
+        else:
+            self._messages.append(message)  # goes out with the next answer
+
     def _first_this_hour(self, kind: str) -> bool:
         """Whether a failure of this kind (a remote engine's: unreachable, auth, ...) has not been
         shown in the last hour: a server that is down is one message, not one per keystroke."""
         now = time.monotonic()
         if now - self._shown_failures.get(kind, -3600.0) < 3600.0:
             return False
+        self._shown_failures.pop(kind, None)  # re-inserted: the dict stays in the order they were shown
+        if len(self._shown_failures) >= 256:  # errors of ever new text: the oldest goes
+            self._shown_failures.pop(next(iter(self._shown_failures)))
         self._shown_failures[kind] = now
         return True
 
@@ -394,7 +415,8 @@ class Suggester:
         if stale is not None and stale():
             return "", None
         request = CompletionRequest(context.prefix, context.suffix, doc.language, max_new_tokens(settings, multiline),
-                                    stop, cancel, RequestOptions(cold=cold, heal=settings.token_healing))
+                                    stop, cancel, RequestOptions(cold=cold, heal=settings.token_healing),
+                                    on_notice=self._notice)
         stream = engine.stream(request)
         text = ""
         started = time.perf_counter()
@@ -435,7 +457,7 @@ class Suggester:
             state = "stopped"
         out = {"state": state, "model": settings.model or "default", "device": None, "dtype": None,
                "error": self.last_error, "requests": self.counters.to_json(), "breakdown": self.stages.to_json(),
-               "completion_cache": self.completions.to_json()}
+               "completion_cache": self.completions.to_json(), "notices": dict(self.notices)}
         if engine is not None:
             out.update({k: v for k, v in engine.status().items() if k != "requests"})
         index = self._workspace()

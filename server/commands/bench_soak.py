@@ -1,6 +1,6 @@
 """`memosight bench soak --corpus DIR [--keystrokes 2000] [--json]`: long typing with faults injected.
 
-Two `memosight-lsp --stdio` processes: the one under test, started with `--inject-faults` (its engine
+Two `memosight-lsp --stdio` processes: the one under test, started as memosight.server.with_faults (its engine
 raises in the middle of some generations and stalls before others, through the engine protocol), and
 a reference without faults that sees the same edits. Functions cut out of real files are typed back
 into several open documents (files beside a temporary workspace), switching between them, in bursts: a burst
@@ -37,7 +37,7 @@ from .bench_replay import (
     pick_functions,
     position_of,
 )
-from .common import CommandError, add_json_argument, print_result, step_progress
+from .common import CommandError, add_json_argument, print_result, process_memory_mb, step_progress
 from .lsp_client import suggestion_text
 
 # What the project file becomes, in turn: settings that change the context and the length, and
@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keystrokes", type=int, default=2000, help="keystrokes to type in all")
     parser.add_argument("--documents", type=int, default=4, help="documents open at once")
     parser.add_argument("--faults", default="raise=0.04,slow=0.04,slow_ms=400",
-                        help="the fault plan of the server under test (memosight-lsp --inject-faults)")
+                        help="the fault plan of the server under test (memosight.server.with_faults --faults)")
     parser.add_argument("--key-ms", type=float, default=25.0, help="time between keystrokes in a burst")
     parser.add_argument("--pause-ms", type=float, default=150.0, help="how long a burst's request is waited for")
     parser.add_argument("--supersede", type=float, default=0.1, help="share of requests sent twice at once")
@@ -114,13 +114,7 @@ class Doc:
 
 def rss_mb(pid: int) -> float | None:
     """The process's resident memory now (Linux), in MB."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return None
+    return process_memory_mb(pid)
 
 
 class Pair:
@@ -152,7 +146,8 @@ async def soak(args) -> dict:
     env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
     base = [sys.executable, "-m", "memosight.server", "--stdio"]
     log_args = ["--log-file", args.server_log, "--log-level", "info"] if args.server_log else []
-    test = LspProcess([*base, "--inject-faults", args.faults, *log_args], env=env)
+    test = LspProcess([sys.executable, "-m", "memosight.server.with_faults", "--faults", args.faults, "--stdio",
+                       *log_args], env=env)
     reference = LspProcess(base, env=env)
     servers = Pair(test, reference)
     # No time budget on multi-line suggestions: where a suggestion ends must not depend on the load

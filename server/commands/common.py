@@ -14,6 +14,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 
 class CommandError(Exception):
@@ -72,3 +73,15 @@ def step_progress(desc: str, unit: str = "step") -> Iterator[Callable[[int, int,
     finally:
         if bar is not None:
             bar.close()  # a paused or failed run
+
+
+def process_memory_mb(pid: int, key: str = "VmRSS") -> float | None:
+    """A process's memory from /proc (Linux), in MB: VmRSS resident now, VmHWM the most it ever
+    held resident. None where it cannot be read (the process ended, another OS)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(f"{key}:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None

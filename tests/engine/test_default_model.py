@@ -36,7 +36,8 @@ def test_the_default_model_loads_offline_and_completes_a_fim_prompt():
     out = model.generate(ids, max_new_tokens=8, do_sample=False)
     new_tokens = out[0, ids.shape[1]:]
     assert 0 < len(new_tokens) <= 8
-    assert isinstance(tokenizer.decode(new_tokens), str)
+    # plain transformers, greedy in float32: the line the shipped model writes (as KNOWN_COMPLETIONS below)
+    assert tokenizer.decode(new_tokens).split("\n")[0].strip() == "self.x = x"
 
 
 # Greedy decoding in float32 on the CPU is deterministic: these are what the shipped model writes.

@@ -6,7 +6,7 @@ import threading
 import pytest
 import torch
 
-from memosight.engine import CompletionRequest, Engine, EngineSettings, RequestOptions, StopRule, load_engine
+from memosight.engine import CompletionRequest, EngineSettings, RequestOptions, StopRule, load_engine
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
@@ -94,11 +94,17 @@ def test_continuation_loss_is_low_for_what_the_model_would_write(repeater_model_
     assert engine.continuation_loss("a = 1\n", "", "") == (0.0, 0)
 
 
-def test_the_local_engine_implements_the_protocol(tiny_model_dir):
+def test_the_local_engine_serves_the_protocol_end_to_end(tiny_model_dir):
     engine = load_engine(str(tiny_model_dir), device="cpu")
-    assert isinstance(engine, Engine)
+    assert engine.count_tokens("def f(x):\n    return x\n") == len(engine.encode("def f(x):\n    return x\n")) > 0
+    request = CompletionRequest("def f(x):\n    return", "", max_new_tokens=5)
+    engine.prefill(request)  # the prompt computed ahead: the request then reuses it
+    completion = engine.stream(request).result()
+    assert completion.tokens <= 5 and completion.prompt_tokens > 0
+    assert completion.reused_tokens >= completion.prompt_tokens - 2  # all but the last tokens came from the prefill
     info = engine.status()
-    assert {"model", "device", "dtype", "speculative", "cache", "latency_ms"} <= info.keys()
+    assert info["device"] == "cpu" and info["requests"] >= 1
+    assert {"model", "dtype", "speculative", "cache", "latency_ms"} <= info.keys()
 
 
 def test_configure_switches_speculation_and_bounds_the_prefix_tree(tiny_model_dir):

@@ -241,3 +241,15 @@ def test_edited_rows_follow_deletions_reversed_ranges_and_lone_carriage_returns(
     assert doc.recent_rows == (10, 102, 252)
     doc.apply_change("z", Position(9999, 0), Position(9999, 0))  # past the end: clamped to the last line
     assert doc.recent_rows[0] == doc.line_count - 1
+
+
+def test_a_file_opened_past_the_open_text_bound_is_not_kept_and_closing_makes_room():
+    from memosight.server.documents import DocumentStore
+
+    store = DocumentStore()
+    store.MAX_OPEN_BYTES = 100 * 32
+    assert store.open("file:///a.py", "a" * 60, "python", 1) is not None
+    assert store.open("file:///b.py", "b" * 60, "python", 1) is None and store.get("file:///b.py") is None
+    assert store.open_bytes() == 60 * 32
+    store.close("file:///a.py")
+    assert store.open("file:///b.py", "b" * 60, "python", 1) is not None

@@ -475,3 +475,50 @@ async def test_code_the_user_visited_in_another_file_becomes_context(tmp_path, l
                                                     text="urn")]))
         assert (await inline(client, main, 1, 10)).items
         assert "def helper_150(value):" in client.engine.requests[-1].prefix
+
+
+# --- issue 35: a backend that stops is said to the user ------------------------------------------
+
+async def test_a_real_backend_stopped_mid_session_is_said_at_once_and_the_local_model_answers(
+        tmp_path, lsp_session, lsp_status, embedded_gguf):
+    pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python[server] is in the dev extras")
+    import sys
+
+    from memosight.engine.bench.llama_server import free_port
+    from memosight.server.config import Backend, Settings
+    from memosight.server.engine_choice import load_engine_from_settings
+
+    from ..conftest import _serve
+
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    process, log = _serve([sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_gguf), "--port",
+                           url.split(":")[2].split("/")[0], "--n_ctx", "2048", "--n_threads", "1"],
+                          f"{url}/models", tmp_path / "llama-cpp-python.log")
+    try:
+        engine = load_engine_from_settings(Settings(backend=Backend(kind="openai", url=url, timeout_ms=20000,
+                                                                    first_token_timeout_ms=20000)))
+        text = "def add(a, b):\n    return a + b\n\n\ndef main():\n    \n"
+        async with lsp_session(tmp_path, engine, init_options={"max_new_tokens": 8}) as client:
+            uri = open_doc(client, tmp_path / "a.py", text)
+            await inline(client, uri, 5, 4)
+            status = await lsp_status(client)
+            assert status["backend"]["state"] == "ok" and status["backend"]["fallback_requests"] == 0
+            process.terminate()
+            process.wait(10)
+            for version, typed in ((2, "pri"), (3, "nt(")):  # new text each time: no cached completion
+                end = 4 + (3 if version == 3 else 0)
+                client.text_document_did_change(types.DidChangeTextDocumentParams(
+                    types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                    [types.TextDocumentContentChangePartial(
+                        range=types.Range(types.Position(5, end), types.Position(5, end)), text=typed)]))
+                await inline(client, uri, 5, end + 3)
+                said = [m for m in client.messages if "cannot reach" in m.message]
+                assert said, "the answer came before the message"  # said when the engine knew, not after
+            assert len(said) == 1 and url in said[0].message and "local model answers meanwhile" in said[0].message
+            assert said[0].type == types.MessageType.Error
+            status = await lsp_status(client)
+            assert status["backend"]["state"] == "unreachable" and status["backend"]["fallback_requests"] >= 1
+            assert status["notices"]["unreachable"]["count"] >= 1
+    finally:
+        process.terminate()
+        log.close()

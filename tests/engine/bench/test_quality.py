@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from memosight.engine.bench import quality
+from memosight.engine.protocol import CompletionRequest, RequestOptions, StopRule
 
 CODE = "import os\n\n\ndef join(a, b):\n    return os.path.join(a, b)\n\n\nclass Box:\n    def __init__(self, x):\n        self.x = x\n"
 
@@ -31,7 +32,11 @@ def test_line_completer_is_greedy_until_the_line_ends(tiny_model_dir):
     text = engine.tokenizer.decode(expected)
     eos = engine.tokenizer.decode([engine.tokenizer.eos_token_id])
     assert completer.complete(prefix, heal=False) == text.split(eos)[0].split("\n")[0]
-    assert isinstance(completer.complete(prefix), str)  # healed: the prompt ends before "return"
+    # healed (the prompt backs up before "return"): what the engine's own healing gives for the
+    # same cut and rule, so the completer passes the option through rather than dropping it
+    healed = engine.stream(CompletionRequest(prefix, "", max_new_tokens=12, stop=StopRule(single_line=True),
+                                             options=RequestOptions(heal=True, fim=False))).result().text
+    assert completer.complete(prefix) == healed and "\n" not in healed
 
 
 def test_correct_prefix_counts_matching_characters():

@@ -39,12 +39,14 @@ def test_short_replay_reports_every_figure(tmp_path, tiny_model_dir):
          "--pause-ms", "300", "--json"], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["requests"] > 0 and result["answered"] > 0
-    assert result["latency_ms"]["p50"] is not None
+    assert 0 < result["answered"] <= result["requests"]
+    assert 0 < result["latency_ms"]["p50"] <= result["latency_ms"]["p95"]
     assert result["kv_cache_share"] > 0.5  # typing extends the prompt: most of it comes from the KV cache
     assert result["stale_suggestions"] == 0
-    for key in ("typed_through_share", "chars_saved_share", "server_superseded", "cancelled_by_client"):
-        assert key in result
+    for key in ("typed_through_share", "chars_saved_share"):
+        assert 0 <= result[key] <= 1, key
+    for key in ("server_superseded", "cancelled_by_client"):
+        assert 0 <= result[key] <= result["requests"], key
 
 
 @pytest.mark.parametrize("kind,server", [("openai", "llama_server"), ("llamacpp", "llama_cpp_server")])

@@ -1,0 +1,25 @@
+from memosight.server.documents import Document
+from memosight.server.requests import Ticket, typed_into
+
+
+def test_typed_into_is_what_was_typed_at_the_cursor_since_the_suggestion_was_made():
+    before, after = "x = ", "\ny = 2\n"
+    assert typed_into(before, after, "x = 12\ny = 2\n", len("x = 12")) == "12"
+    assert typed_into(before, after, before + after, len(before)) == ""
+
+
+def test_typed_into_is_none_for_any_other_change():
+    before, after = "x = ", "\ny = 2\n"
+    assert typed_into(before, after, "x = 1\ny = 3\n", len("x = 1")) is None  # an edit after the cursor
+    assert typed_into(before, after, "z = 1\ny = 2\n", len("z = 1")) is None  # an edit before the point
+    assert typed_into(before, after, "x =\ny = 2\n", len("x =")) is None  # a deletion
+    assert typed_into(before, after, "x = 1\ny = 2\n", len("x = ")) is None  # the cursor moved back
+
+
+def test_a_ticket_goes_stale_when_an_edit_arrives():
+    doc = Document("file:///a.py", "x = 1\n", "python", 1)
+    ticket = Ticket.of(doc, 5)
+    assert not ticket.stale()
+    doc.apply_change("2", doc.position_at(4), doc.position_at(5))
+    doc.version = 2
+    assert ticket.stale() and ticket.seen.text == "x = 1\n"
