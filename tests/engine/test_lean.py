@@ -115,3 +115,22 @@ def test_a_float32_projection_of_several_rows_is_the_same_arithmetic_through_pac
     assert projection.packed is not None
     assert torch.allclose(many, torch.nn.functional.linear(x, weight, bias), atol=1e-5)
     assert torch.equal(projection(x[:, 2:5]), many[:, 2:5])  # a row's result does not depend on its batch
+
+
+@pytest.mark.parametrize("share", [0.0, 0.1, 0.5])
+def test_packed_copies_take_at_most_their_share_of_the_weights_output_layer_first(tiny_models, share, monkeypatch):
+    if not lean.PACK_FLOAT32:
+        pytest.skip("no oneDNN here: nothing is packed")
+    monkeypatch.setattr(lean, "PACKED_SHARE", share)
+    monkeypatch.setattr(lean, "_packing_pays", lambda projection: True)  # this CPU's timing aside
+    model = AutoModelForCausalLM.from_pretrained(tiny_models["llama"]).eval()
+    decoder = lean.LeanDecoder(model)
+    projections = [decoder.output] + [p for layer in decoder.layers
+                                      for p in (layer.qkv, layer.o_proj, layer.gate_up, layer.down_proj)]
+    packed = [p for p in projections if p.pack]
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert sum(p.weight.numel() * p.weight.element_size() for p in packed) <= share * weights
+    if share == 0.0:
+        assert not packed
+    out_size = decoder.output.weight.numel() * decoder.output.weight.element_size()
+    assert decoder.output.pack == (out_size <= share * weights)  # the output layer has the first claim
