@@ -5,10 +5,11 @@ torch is imported lazily, so that the server can import the protocol (and `load_
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
-from .protocol import (Completion, CompletionRequest, Engine, EngineError, EngineSettings, ModelLoadError,
-                       RequestOptions, StopRule, Stream)
+from .protocol import (BackendSpec, Completion, CompletionRequest, Engine, EngineError, EngineInfo, EngineSettings,
+                       EngineSpec, ModelLoadError, RequestOptions, StopRule, Stream)
 
 if TYPE_CHECKING:
     from .local import LocalEngine
@@ -21,31 +22,33 @@ def catalog_names() -> frozenset[str]:
     return frozenset(CATALOG)
 
 
-def load_engine(model: str | None = None, device: str | None = None, dtype: str | None = None,
-                draft_model: str | None = None, *, backend: dict | None = None) -> "Engine":
+def load_engine(model: "str | EngineSpec | None" = None, device: str | None = None, dtype: str | None = None,
+                draft_model: str | None = None) -> "Engine":
     """Load a causal LM and its tokenizer into the in-process engine. model=None is the embedded
     default model; device=None picks CUDA when available, else the CPU. `draft_model`: a small model
     with the same tokenizer that drafts for speculative decoding (the output stays greedy's).
 
-    `backend`: a serving engine to call instead, as the `backend` setting names it (kind, url, model,
-    tokenizer, api_key_env, timeout_ms, first_token_timeout_ms, ca_bundle, workspace, and fallback:
-    "local" loads the in-process engine above when the server is down or too slow, "none" does not).
-    None, or kind "local", is the in-process engine."""
+    `model` may be an EngineSpec instead, naming all of that and `backend`: a serving engine to
+    call (fallback "local" loads the in-process engine above when the server is down or too slow,
+    "none" does not); keywords given beside a spec override its fields."""
+    spec = model if isinstance(model, EngineSpec) else EngineSpec(model)
+    overrides = {k: v for k, v in (("device", device), ("dtype", dtype), ("draft_model", draft_model)) if v is not None}
+    spec = dataclasses.replace(spec, **overrides) if overrides else spec
     from .loading import load_engine as _load
 
     def local() -> "LocalEngine":
-        return _load(model=model, device=device, dtype=dtype, draft_model=draft_model)
+        return _load(model=spec.model, device=spec.device, dtype=spec.dtype, draft_model=spec.draft_model)
 
-    if not backend or backend.get("kind", "local") == "local":
+    if not spec.backend.remote:
         return local()
     import getpass
 
-    from .remote import RemoteSettings, open_remote_engine, session_id
+    from .remote import open_remote_engine, session_id
 
-    fields = {k: v for k, v in backend.items() if k in RemoteSettings.__dataclass_fields__}
-    if "workspace" in backend:  # a stable, anonymous id of (user, workspace) keeps a user on one replica
-        fields["session_id"] = session_id(getpass.getuser(), str(backend["workspace"]))
-    return open_remote_engine(RemoteSettings(**fields), fallback=local if backend.get("fallback") == "local" else None)
+    # a stable, anonymous id of (user, workspace) keeps a user on one replica
+    session = session_id(getpass.getuser(), spec.workspace) if spec.workspace else ""
+    return open_remote_engine(spec.backend, fallback=local if spec.backend.fallback == "local" else None,
+                              session_id=session)
 
 
 def __getattr__(name: str):
@@ -56,5 +59,6 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-__all__ = ["load_engine", "Engine", "LocalEngine", "EngineError", "ModelLoadError", "EngineSettings",
+__all__ = ["load_engine", "Engine", "EngineSpec", "BackendSpec", "EngineInfo", "LocalEngine", "EngineError",
+           "ModelLoadError", "EngineSettings",
            "CompletionRequest", "RequestOptions", "Completion", "StopRule", "Stream"]

@@ -92,6 +92,9 @@ class FaultyEngine:
             inner.close()
         return inner.result()
 
+    def info(self):
+        return self.inner.info()
+
     def status(self) -> dict:
         out = dict(self.inner.status())
         out["faults"] = {"raised": self.raised, "slowed": self.slowed, "streams": self.streams}

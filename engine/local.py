@@ -32,6 +32,7 @@ from .protocol import (
     Completion,
     CompletionRequest,
     EngineError,
+    EngineInfo,
     EngineSettings,
     StopRule,
     Stream,
@@ -345,6 +346,11 @@ class LocalEngine:
             return line_attention(self.model, self.encode, text, rows, query_lines, window_tokens)
 
     # --- status ---------------------------------------------------------------------------------
+
+    def info(self) -> EngineInfo:
+        dtype = "int8" if is_int8(self.model) else str(self.dtype).removeprefix("torch.")
+        return EngineInfo(self.name, str(self.device), dtype, self.fim.has_fim,
+                          cpu_info().to_json() if self.device.type == "cpu" else None)
 
     def status(self) -> dict:
         if self.closed:

@@ -149,8 +149,55 @@ class EngineSettings:
     kv_cache_bytes: int = 256 * 2**20  # memory bound of the cache of earlier prompts
 
 
+@dataclass(frozen=True)
+class BackendSpec:
+    """Where the model runs: in this process ("local"), or on a serving engine over HTTP. The
+    server's `[backend]` setting is this type."""
+
+    kind: str = "local"  # local | openai | llamacpp
+    url: str = ""  # base URL: http://gpu-box:8000/v1 (openai), http://gpu-box:8080 (llamacpp)
+    model: str = ""  # the server's model name, where it needs one
+    tokenizer: str = ""  # local tokenizer (folder, hub id in the cache, .gguf): budgets and FIM tokens
+    api_key_env: str = ""  # the NAME of an environment variable that holds the key; never the key
+    timeout_ms: int = 4000  # the whole request
+    first_token_timeout_ms: int = 2000
+    ca_bundle: str = ""  # extra CA file for a server with its own certificate authority
+    fallback: str = "local"  # local | none: what answers while the server cannot be reached
+
+    @property
+    def remote(self) -> bool:
+        return self.kind != "local"
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Which engine to load, as one value: the model and how it runs, or the serving engine to call.
+    `load_engine(spec)` takes it; the server's settings give it (Settings.engine_spec)."""
+
+    model: str | None = None  # folder, .gguf file, catalog or packaged name, hub id; None = the embedded model
+    draft_model: str | None = None  # a small model with the same tokenizer that drafts for `model`
+    device: str | None = None  # None or "auto": CUDA when available, else the CPU
+    dtype: str | None = None  # None: the device's default; "auto" measures on a CPU
+    backend: BackendSpec = BackendSpec()
+    workspace: str = ""  # the workspace root: a remote backend's session id (one replica per user) comes from it
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What a running engine is, typed (status() is the figures for people)."""
+
+    name: str  # the model's name or the server's URL
+    device: str  # "cpu", "cuda:0", ... or "remote"
+    dtype: str  # "float32", "int8", ... or "remote"
+    has_fim: bool  # its prompts carry fill-in-the-middle tokens: the text after the cursor is worth sending
+    cpu: dict | None = None  # the CPU it runs on (hardware.cpu_info), None on a GPU or elsewhere
+
+
 @runtime_checkable
 class Engine(Protocol):
+    def info(self) -> EngineInfo:
+        """What this engine is: name, device, dtype, whether it fills in the middle."""
+
     def count_tokens(self, text: str) -> int:
         """How many model tokens `text` is (the context packer budgets in these)."""
 

@@ -20,10 +20,12 @@ from dataclasses import dataclass
 
 from .fim import PLAIN, detect_template
 from .protocol import (
+    BackendSpec,
     Completion,
     CompletionRequest,
     Engine,
     EngineError,
+    EngineInfo,
     EngineSettings,
     Stream,
 )
@@ -36,25 +38,13 @@ KINDS = ("openai", "llamacpp")
 UNREACHABLE = ("unreachable", "timeout")  # the kinds of failure the fallback covers
 
 
-@dataclass(frozen=True)
-class RemoteSettings:
-    kind: str  # openai | llamacpp
-    url: str  # base URL: http://host:8000/v1 (openai) or http://host:8080 (llamacpp)
-    model: str = ""  # the server's model name, where it needs one
-    tokenizer: str = ""  # a local tokenizer (folder, hub id in the cache, .gguf) for budgets and FIM tokens
-    api_key_env: str = ""  # the NAME of the environment variable that holds the key
-    timeout_ms: int = 4000  # the whole request
-    first_token_timeout_ms: int = 2000
-    ca_bundle: str = ""
-    session_id: str = ""  # a stable hash of user and workspace: keeps a user on one replica
-
-
 INFILL_UNSUPPORTED = "Infill is not supported by this model"  # llama.cpp's 501 for a model without FIM tokens
 
 
-def open_remote_engine(settings: RemoteSettings, fallback: Callable[[], Engine] | None = None) -> RemoteEngine:
+def open_remote_engine(settings: BackendSpec, fallback: Callable[[], Engine] | None = None,
+                       session_id: str = "") -> RemoteEngine:
     """A remote engine, with the local tokenizer `settings.tokenizer` names (if any) for token
-    budgets and FIM tokens."""
+    budgets and FIM tokens. `session_id`: sent as a header, keeps a user on one replica."""
     tokenizer = None
     if settings.tokenizer:
         from .loading import (
@@ -62,7 +52,7 @@ def open_remote_engine(settings: RemoteSettings, fallback: Callable[[], Engine] 
         )
 
         tokenizer = load_tokenizer(settings.tokenizer)
-    return RemoteEngine(settings, tokenizer, fallback)
+    return RemoteEngine(settings, tokenizer, fallback, session_id)
 
 
 def without_start(pieces: Iterator[str], start: str) -> Iterator[str]:
@@ -93,11 +83,12 @@ def common_prefix(a: str, b: str) -> int:
 
 
 class RemoteEngine(Engine):
-    def __init__(self, settings: RemoteSettings, tokenizer=None,
-                 fallback: Callable[[], Engine] | None = None):
+    def __init__(self, settings: BackendSpec, tokenizer=None, fallback: Callable[[], Engine] | None = None,
+                 session_id: str = ""):
         if settings.kind not in KINDS:
             raise EngineError(f"backend.kind {settings.kind!r} is not a remote kind; use one of {', '.join(KINDS)}")
         self.settings = settings
+        self.session_id = session_id
         self.tokenizer = tokenizer
         self.template = detect_template(tokenizer.get_vocab()) if tokenizer is not None else PLAIN
         self._fallback_factory = fallback
@@ -137,6 +128,10 @@ class RemoteEngine(Engine):
     def close(self) -> None:
         if self._fallback is not None:
             self._fallback.close()
+
+    def info(self) -> EngineInfo:
+        # FIM tokens known from the local tokenizer; without one the prompt is the text before the cursor
+        return EngineInfo(self.settings.model or self.settings.url, "remote", "remote", self.template.has_fim)
 
     def status(self) -> dict:
         lat = sorted(self.latencies_ms)
@@ -270,8 +265,8 @@ class RemoteEngine(Engine):
 
     def _headers(self) -> dict[str, str]:
         headers = {}
-        if self.settings.session_id:
-            headers["X-Session-ID"] = self.settings.session_id
+        if self.session_id:
+            headers["X-Session-ID"] = self.session_id
         if self.settings.api_key_env:
             key = os.environ.get(self.settings.api_key_env)
             if not key:

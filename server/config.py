@@ -14,29 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from memosight.engine import catalog_names
+from memosight.engine.protocol import BackendSpec, EngineSpec
 
 CONFIG_FILE = ".memosight.toml"
 MAX_ERRORS = 20  # per source: a table of thousands of bad keys is not thousands of messages
 MAX_CONFIG_BYTES = 1024 * 1024  # a pyproject.toml is a few KiB; a bigger file is not read
 
 
-@dataclass(frozen=True)
-class Backend:
-    """Where the model runs: in this process ("local"), or on a serving engine over HTTP."""
-
-    kind: str = "local"  # local | openai | llamacpp
-    url: str = ""  # base URL: http://gpu-box:8000/v1 (openai), http://gpu-box:8080 (llamacpp)
-    model: str = ""  # the server's model name, where it needs one
-    tokenizer: str = ""  # local tokenizer (folder, hub id in the cache, .gguf): budgets and FIM tokens
-    api_key_env: str = ""  # the NAME of an environment variable that holds the key; never the key
-    timeout_ms: int = 4000  # the whole request
-    first_token_timeout_ms: int = 2000
-    ca_bundle: str = ""  # extra CA file for a server with its own certificate authority
-    fallback: str = "local"  # local | none: what answers while the server cannot be reached
-
-    @property
-    def remote(self) -> bool:
-        return self.kind != "local"
+Backend = BackendSpec  # the `[backend]` table: the engine's own type, so it crosses the door as it is
 
 
 @dataclass(frozen=True)
@@ -63,6 +48,10 @@ class Settings:
     log_level: str = "info"  # "debug" | "info" | "warning" | "error"
     backend: Backend = Backend()  # a remote serving engine; from a project file only when trusted
     trusted_workspace: bool = False  # said by the editor only (VS Code workspace trust, Neovim :trust)
+
+    def engine_spec(self, workspace: str = "") -> EngineSpec:
+        """The engine these settings name, as the engine package takes it."""
+        return EngineSpec(self.model, self.draft_model, self.device, self.dtype, self.backend, workspace)
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,7 @@ def load_engine_from_settings(settings: Settings, workspace: str = "") -> Engine
     fallback (the engine package chooses; the server only describes)."""
     from memosight.engine import load_engine
 
-    b = settings.backend
-    backend = None
-    if b.remote:
-        backend = {"kind": b.kind, "url": b.url, "model": b.model, "tokenizer": b.tokenizer,
-                   "api_key_env": b.api_key_env, "timeout_ms": b.timeout_ms,
-                   "first_token_timeout_ms": b.first_token_timeout_ms, "ca_bundle": b.ca_bundle,
-                   "workspace": workspace, "fallback": b.fallback}
-    return load_engine(settings.model, device=settings.device, dtype=settings.dtype,
-                       draft_model=settings.draft_model, backend=backend)
+    return load_engine(settings.engine_spec(workspace))
 
 
 def load_with_fallback(load: Callable[[Settings], Engine], settings: Settings,

@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     count_tokens = engine.count_tokens if engine else (lambda text: len(proxy_tokens(text)))
     encode = engine.encode if engine else proxy_tokens
     if args.suffix_share is None:
-        args.suffix_share = 0.0 if engine is not None and engine.status().get("fim_template") == "plain" else 0.25
+        args.suffix_share = 0.0 if engine is not None and not engine.info().has_fim else 0.25
 
     files = []
     for path in sorted(corpus.rglob("*")):

@@ -69,7 +69,7 @@ class ContextService:
         """settings.suffix_share, or 0 for a model without FIM tokens: its prompt is the text before
         the cursor alone, so a budget kept for the text after it would be thrown away."""
         if self._fim_of is None or self._fim_of[0]() is not engine:
-            self._fim_of = (weakref.ref(engine), engine.status().get("fim_template", "") != "plain")
+            self._fim_of = (weakref.ref(engine), engine.info().has_fim)
         return settings.suffix_share if self._fim_of[1] else 0.0
 
     def workspace_documents(self, doc: Document, cursor: int, open_docs: list[Document]) -> list[Document]:

@@ -11,6 +11,7 @@ from memosight.engine.faults import FaultPlan, FaultyEngine, InjectedFault
 from memosight.engine.protocol import (
     Completion,
     CompletionRequest,
+    EngineInfo,
     EngineSettings,
     Stream,
 )
@@ -36,6 +37,9 @@ class Pieces:
                 self.closed_streams += 1
             return Completion("".join(self.pieces), len(self.pieces), 0, 1.0, 1.0, "eos")
         return Stream(gen())
+
+    def info(self) -> EngineInfo:
+        return EngineInfo("pieces", "cpu", "float32", has_fim=False)
 
     def status(self) -> dict:
         return {"model": "pieces"}

@@ -12,7 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from memosight.engine.protocol import CompletionRequest, StopRule
-from memosight.engine.remote import RemoteEngine, RemoteSettings, session_id
+from memosight.engine.protocol import BackendSpec
+from memosight.engine.remote import RemoteEngine, session_id
 from memosight.engine.sse import RemoteError
 
 
@@ -100,9 +101,10 @@ def server():
     s.stop()
 
 
-def engine_for(url, kind="openai", **kw):
-    return RemoteEngine(RemoteSettings(kind=kind, url=url, timeout_ms=kw.pop("timeout_ms", 3000),
-                                       first_token_timeout_ms=kw.pop("first_token_timeout_ms", 1000), **kw))
+def engine_for(url, kind="openai", session_id="", **kw):
+    return RemoteEngine(BackendSpec(kind=kind, url=url, timeout_ms=kw.pop("timeout_ms", 3000),
+                                    first_token_timeout_ms=kw.pop("first_token_timeout_ms", 1000), **kw),
+                        session_id=session_id)
 
 
 @pytest.mark.parametrize("kind,path", [("openai", "/v1"), ("llamacpp", "")])
@@ -141,7 +143,7 @@ def test_a_local_tokenizer_without_fim_tokens_goes_to_completion_at_once(server,
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_models["gpt2"])  # no FIM tokens
-    engine = RemoteEngine(RemoteSettings(kind="llamacpp", url=server.url(path="")), tokenizer)
+    engine = RemoteEngine(BackendSpec(kind="llamacpp", url=server.url(path="")), tokenizer)
     assert "".join(engine.stream(CompletionRequest("x = 1\n", ""))) != ""
     assert [r["path"] for r in server.requests] == ["/completion"]
 
@@ -172,7 +174,7 @@ def test_fim_prompts_are_rendered_with_the_models_own_tokens(server):
         def encode(self, text, add_special_tokens=False):
             return text.split()
 
-    engine = RemoteEngine(RemoteSettings("openai", server.url()), tokenizer=Tokenizer())
+    engine = RemoteEngine(BackendSpec("openai", server.url()), tokenizer=Tokenizer())
     server.pieces = ["b"]
     engine.stream(CompletionRequest("a = ", "\nprint(a)")).result()
     assert server.requests[-1]["prompt"] == "<fim_prefix>a =<fim_suffix>\nprint(a)<fim_middle>"
@@ -303,7 +305,7 @@ def test_while_the_server_is_down_the_fallback_answers_and_the_server_is_retried
     local = Local()
     url = server.url()
     server.stop()
-    engine = RemoteEngine(RemoteSettings("openai", url, first_token_timeout_ms=500), fallback=lambda: local)
+    engine = RemoteEngine(BackendSpec("openai", url, first_token_timeout_ms=500), fallback=lambda: local)
     assert engine.stream(CompletionRequest("a", "")).result().text == "local"
     assert engine.stream(CompletionRequest("a", "")).result().text == "local"  # within the backoff: no new try
     status = engine.status()["backend"]
@@ -401,7 +403,7 @@ def test_a_proxy_from_the_environment_is_used_unless_no_proxy_exempts_the_host(s
 def test_a_server_slower_than_its_first_token_timeout_leaves_the_request_to_the_fallback(server):
     # a one-slot server busy with a cold prompt: the connection opens, the first token is late
     server.first_delay = 1.0
-    engine = RemoteEngine(RemoteSettings("openai", server.url(), first_token_timeout_ms=200), fallback=Local)
+    engine = RemoteEngine(BackendSpec("openai", server.url(), first_token_timeout_ms=200), fallback=Local)
     assert engine.stream(CompletionRequest("a", "")).result().text == "local"  # answered, not dropped
     status = engine.status()["backend"]
     assert status["fallback_requests"] == 1 and "first-token timeout" in status["fallback_reason"]
@@ -415,7 +417,7 @@ def test_a_real_server_slower_than_the_first_token_timeout_leaves_a_cold_prompt_
 
     url, _ = llama_server
     local = load_engine()  # the embedded model, as backend.fallback = "local" loads it
-    engine = RemoteEngine(RemoteSettings("openai", url, timeout_ms=20000, first_token_timeout_ms=5),
+    engine = RemoteEngine(BackendSpec("openai", url, timeout_ms=20000, first_token_timeout_ms=5),
                           fallback=lambda: local)
     prefix = "import os\n\n\ndef read_config(path):\n" + "    # a long comment\n" * 200  # a cold prompt
     completion = engine.stream(CompletionRequest(prefix, "", max_new_tokens=8)).result()
@@ -435,3 +437,15 @@ def test_llamacpp_infill_sends_the_cursor_line_apart_from_the_lines_above_as_lla
     assert first["input_suffix"] == second["input_suffix"] == "\n\nprint(add(1, 2))\n"
     assert (first["prompt"], second["prompt"]) == ("    re", "    ret")
     server.stop()
+
+
+def test_one_engine_spec_names_a_remote_backend_and_its_session_from_the_workspace(server):
+    from memosight.engine import EngineSpec, load_engine
+
+    spec = EngineSpec(backend=BackendSpec(kind="openai", url=server.url(), fallback="none"), workspace="/repo")
+    engine = load_engine(spec)
+    assert isinstance(engine, RemoteEngine) and engine.settings is spec.backend
+    assert engine.session_id == session_id(__import__("getpass").getuser(), "/repo")
+    assert engine.info().device == "remote" and not engine.info().has_fim  # no local tokenizer: plain prompts
+    engine.stream(CompletionRequest("def add(a, b):\n", "")).result()
+    assert server.headers[-1]["X-Session-ID"] == engine.session_id

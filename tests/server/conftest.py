@@ -16,6 +16,7 @@ from lsprotocol import types
 from memosight.engine.protocol import (
     Completion,
     CompletionRequest,
+    EngineInfo,
     EngineSettings,
     Stream,
 )
@@ -80,6 +81,9 @@ class ScriptedEngine:
 
     def prefill(self, request: CompletionRequest) -> None:
         self.prefills.append(request)
+
+    def info(self) -> EngineInfo:
+        return EngineInfo("scripted", "cpu", "float32", has_fim=True)
 
     def status(self) -> dict:
         return {"model": "scripted", "device": "cpu", "dtype": "float32", "cache": {"hit_rate": 0.0}}

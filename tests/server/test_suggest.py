@@ -3,6 +3,7 @@ import time
 from pathlib import Path
 
 import pytest
+from memosight.engine.protocol import EngineInfo
 from memosight.server.config import Settings
 from memosight.server.documents import Document
 from memosight.server.mode import SINGLE_LINE_MAX_TOKENS
@@ -209,7 +210,7 @@ def test_a_model_without_fim_tokens_gets_the_whole_budget_before_the_cursor(scri
     doc = Document("file:///pkg/main.py", before + after, "python")
     cursor = len(before)
     fim, plain = scripted_engine(), scripted_engine()
-    plain.status = lambda: {"model": "plain", "fim_template": "plain"}
+    plain.info = lambda: EngineInfo("plain", "cpu", "float32", has_fim=False)
     settings = Settings(context_budget=256, suffix_share=0.25)
     suggester = Suggester(open_documents=lambda: [doc])
     with_fim = suggester.build_context(fim, doc, cursor, settings)

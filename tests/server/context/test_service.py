@@ -1,3 +1,4 @@
+from memosight.engine.protocol import EngineInfo
 from memosight.server.config import Settings
 from memosight.server.context.service import ContextService
 from memosight.server.documents import Document
@@ -11,8 +12,8 @@ class Engine:
     def count_tokens(self, text: str) -> int:
         return len(text.split())
 
-    def status(self) -> dict:
-        return {"fim_template": "qwen" if self.fim else "plain"}
+    def info(self) -> EngineInfo:
+        return EngineInfo("test", "cpu", "float32", has_fim=self.fim)
 
 
 def test_a_request_at_the_warm_ups_text_and_cursor_gets_its_context_and_any_other_a_new_one():
