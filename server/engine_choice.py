@@ -1,10 +1,13 @@
-"""The engine the settings name, described to the engine package, which chooses and loads it; and
-the defaults loaded instead when what they name fails."""
+"""The engine the settings name, described to the engine package, which chooses and loads it; the
+defaults loaded instead when what they name fails; and the holder of the loaded engine and of the
+engine thread every model run goes through."""
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from memosight.engine.protocol import Engine
 
@@ -44,3 +47,50 @@ def load_with_fallback(load: Callable[[Settings], Engine], settings: Settings,
             raise
         say(f"{exc}. Using the default model, device and dtype instead.")
         return load(fallback)
+
+
+class EngineHolder:
+    """The engine the settings name, loaded in the background on the engine thread, and that thread:
+    model runs (loads, generations, warm-ups, prefetches) go through it one at a time, in order."""
+
+    def __init__(self, load: Callable[[Settings], Engine], say: Callable[[str], None] | None):
+        self._load = load
+        self._say = say  # why the defaults were loaded instead; None: a failed load raises (a command)
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memosight-engine")
+        self._future: Future | None = None
+        self._key: tuple | None = None
+
+    def ensure(self, settings: Settings) -> tuple[Future, bool]:
+        """(the load of the engine `settings` name, whether it starts now): unless it is loaded or
+        loading already."""
+        key = (settings.model, settings.draft_model, settings.device, settings.dtype, settings.backend)
+        started = self._future is None or key != self._key or self._future.cancelled()
+        if started:
+            self._key = key
+            self._future = self._thread.submit(load_with_fallback, self._load, settings, self._say)
+        return self._future, started
+
+    def ready(self) -> Engine | None:
+        """The engine, when it is loaded (and loaded without failing)."""
+        f = self._future
+        if f is not None and f.done() and not f.cancelled() and f.exception() is None:
+            return f.result()
+        return None
+
+    def submit(self, fn, *args) -> Future:
+        """Run `fn(*args)` on the engine thread, after what was asked of it before."""
+        return self._thread.submit(fn, *args)
+
+    def close(self, wait: bool) -> None:
+        """No more runs. `wait`: wait for the thread and close the engine here (a command that exits
+        next: a thread still in torch while the interpreter exits aborts the process); else close
+        it on a thread of its own once the cancelled run lets go of it."""
+        self._thread.shutdown(wait=wait, cancel_futures=True)
+        engine = self.ready()
+        self._future = None
+        if engine is None:
+            return
+        if wait:
+            engine.close()
+        else:
+            threading.Thread(target=engine.close, name="memosight-engine-close", daemon=True).start()

@@ -48,8 +48,9 @@ class MemoSightServer(LanguageServer):
         self.workspace_index: WorkspaceIndex | None = None  # set up at initialize, once the root is known
         self.suggester = Suggester(load_engine, open_documents=self.documents.recent,
                                    workspace=lambda: self.workspace_index)
+        self.protocol.on_answered = self.suggester.record_timeline  # where a request's milliseconds went
         # a backend that fails, said as soon as the engine knows (the suggester says it once an hour)
-        self.suggester.say = lambda message: self.report(f"MemoSight: {message}", types.MessageType.Error,
+        self.suggester.messages.say = lambda message: self.report(f"MemoSight: {message}", types.MessageType.Error,
                                                          again=True)
         self._reported: set[str] = set()  # messages already shown, so a bad file is reported once
         self._popup_times: list[float] = []

@@ -202,6 +202,8 @@ class MemoSightProtocol(LanguageServerProtocol):
         super().__init__(server, converter)
         self.initialized = False  # a valid initialize request was handled
         self._finished: list = []  # ids of notification futures that are done, to drop (see _execute_handler)
+        # called with a request's ended timeline and id once its answer is written (lsp.py registers it)
+        self.on_answered: Callable[[Timeline, object], None] | None = None
         self._reading = 0.0  # when the message being dispatched was read
         self.received_at: dict = {}  # request id -> when it was read (for the completion handlers)
         self.timelines: dict = {}  # request id -> its Timeline, ended once its answer is written
@@ -372,9 +374,8 @@ class MemoSightProtocol(LanguageServerProtocol):
             timeline.mark("reply")
             if error is not None:
                 timeline.kind = "cancelled" if error.code == REQUEST_CANCELLED else "error"
-            suggester = getattr(self._server, "suggester", None)
-            if suggester is not None:
-                suggester.record_timeline(timeline, msg_id)
+            if self.on_answered is not None:
+                self.on_answered(timeline, msg_id)
 
     def _knows(self, method: str) -> bool:
         return method in self.fm.builtin_features or method in self.fm.features

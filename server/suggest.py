@@ -10,9 +10,8 @@ import asyncio
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from memosight.engine.protocol import (
     CompletionRequest,
@@ -27,11 +26,12 @@ from .context.packed import PackedContext
 from .context.packing import ContextCompressor
 from .context.service import ContextService
 from .context.workspace import WorkspaceIndex
-from .engine_choice import load_engine_from_settings, load_with_fallback
+from .engine_choice import EngineHolder, load_engine_from_settings
 from .documents import Document
 from .mode import completion_mode, finished_lines, max_new_tokens, post_process
 from .requests import Answer, Counters, Generation, Job, Suggestion, Ticket, typed_into
 from .timeline import StageStats, Timeline
+from .user_messages import UserMessages
 
 log = logging.getLogger(__name__)
 
@@ -42,25 +42,17 @@ class Suggester:
     def __init__(self, load_engine: Callable[[Settings], Engine] | None = None, *,
                  open_documents: Callable[[], list[Document]] = list,
                  workspace: Callable[[], WorkspaceIndex | None] = lambda: None, fallback: bool = True):
-        self._load_engine = load_engine or (lambda settings: load_engine_from_settings(
-            settings, str(getattr(self._workspace(), "root", "") or "")))
-        self._fallback = fallback  # the server falls back to the defaults; a command-line run says no
         self._workspace = workspace  # the workspace index: its root, its state in status()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memosight-engine")
-        self._engine_future: Future | None = None
-        self._engine_key: tuple | None = None
+        self.messages = UserMessages()
+        # the server falls back to the defaults and says so; a command-line run says no
+        self.engine = EngineHolder(load_engine or (lambda settings: load_engine_from_settings(
+            settings, str(getattr(self._workspace(), "root", "") or ""))), self.messages.waiting.append if fallback else None)
         self._jobs: dict[str, Job] = {}
         self._warm_ups: dict[str, threading.Event] = {}  # uri -> the cancel event of its pending warm-up
         # every completion computed, for typing along it (typing-through) and for prefetches
         self.completions = CompletionCache()
         self._completions_settings: Settings | None = None  # the settings its completions were made under
         self._prefetches: dict[str, tuple[tuple, threading.Event]] = {}  # uri -> (its context key, cancel)
-        self._messages: deque[str] = deque(maxlen=32)  # for the user, filled on the engine thread
-        self._shown_failures: dict[str, float] = {}  # failure kind -> when it was last shown
-        # The engine's notices (a backend down, slow, failing), by kind: a handful of kinds, so bounded.
-        self.notices: dict[str, dict] = {}
-        self.say: Callable[[str], None] | None = None  # shows a message to the user now (lsp sets it)
-        self._loop: asyncio.AbstractEventLoop | None = None  # the requests' event loop, for `say`
         self._stopped = False
         self.counters = Counters()
         self.stages = StageStats()  # where the milliseconds of answered requests went
@@ -71,21 +63,13 @@ class Suggester:
 
     def ensure_engine(self, settings: Settings) -> Future:
         """Start loading the engine that `settings` name, unless it is loaded or loading already."""
-        key = (settings.model, settings.draft_model, settings.device, settings.dtype, settings.backend)
-        if self._engine_future is None or key != self._engine_key or self._engine_future.cancelled():
-            self._engine_key = key
+        future, started = self.engine.ensure(settings)
+        if started:
             self.last_error = None
-            # the server falls back to the defaults and says so; a command-line run says no
-            self._engine_future = self._executor.submit(load_with_fallback, self._load_engine, settings,
-                                                        self._messages.append if self._fallback else None)
-        return self._engine_future
+        return future
 
     def engine_if_ready(self) -> Engine | None:
-        f = self._engine_future
-        if f is not None and f.done() and not f.cancelled() and f.exception() is None:
-            return f.result()
-        return None
-
+        return self.engine.ready()
 
     # --- context (server/context/service.py) ---------------------------------------------------
 
@@ -149,7 +133,7 @@ class Suggester:
         cancel = threading.Event()
         self._prefetches[seen.uri] = (context_key(seen.uri, before, after), cancel)
         doc = Document(seen.uri, before + after, seen.language, seen.version)
-        self._executor.submit(self._prefetch, engine, doc, len(before), settings, cancel)
+        self.engine.submit(self._prefetch, engine, doc, len(before), settings, cancel)
 
     def _stop_prefetch(self, uri: str, unless_at: tuple | None = None) -> None:
         """Stop the prefetch of `uri`, unless it computes the suggestion at `unless_at` (a context
@@ -183,7 +167,7 @@ class Suggester:
         self.counters.warm_ups += 1
         # The engine thread runs in order: a warm-up sent while the engine loads runs right after it
         # (a file opened at start is then warm before the user's first key).
-        self._executor.submit(self._warm_up, self.ensure_engine(settings), Ticket.of(doc, cursor), settings, cancel)
+        self.engine.submit(self._warm_up, self.ensure_engine(settings), Ticket.of(doc, cursor), settings, cancel)
 
     def _stop_warm_up(self, uri: str) -> None:
         cancel = self._warm_ups.pop(uri, None)
@@ -226,7 +210,7 @@ class Suggester:
         """
         timeline = timeline if timeline is not None else Timeline()
         ticket = Ticket.of(doc, cursor)
-        self._loop = asyncio.get_running_loop()
+        self.messages.loop = asyncio.get_running_loop()
         try:
             suggestion = await self._suggest(ticket, settings, on_partial, cold, timeline)
             if suggestion is not None and suggestion.stop_reason != "first_line":  # else: its run goes on
@@ -235,41 +219,12 @@ class Suggester:
             log.exception("completion failed")
             self.counters.errors += 1
             self.last_error = str(exc)
-            if self._first_this_hour(getattr(exc, "kind", None) or str(exc)):
-                self._messages.append(str(exc))
+            self.messages.failure(getattr(exc, "kind", None) or str(exc), str(exc))
             suggestion = None
         timeline.mark("resume")
         if suggestion is None and timeline.kind != "cancelled":
             timeline.kind = "empty"
-        messages = []
-        while self._messages:
-            messages.append(self._messages.popleft())
-        return Answer(suggestion, ticket.seen, messages)
-
-    def _notice(self, kind: str, message: str) -> None:
-        """The engine says it cannot serve as configured (engine thread). Shown to the user at once,
-        once per kind an hour; kept for memosight/status; the engine logs each one itself."""
-        seen = self.notices.get(kind, {"count": 0})
-        self.notices[kind] = {"message": message, "count": seen["count"] + 1, "at": time.time()}
-        if not self._first_this_hour(kind):
-            return
-        loop, say = self._loop, self.say
-        if say is not None and loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(say, message)
-        else:
-            self._messages.append(message)  # goes out with the next answer
-
-    def _first_this_hour(self, kind: str) -> bool:
-        """Whether a failure of this kind (a remote engine's: unreachable, auth, ...) has not been
-        shown in the last hour: a server that is down is one message, not one per keystroke."""
-        now = time.monotonic()
-        if now - self._shown_failures.get(kind, -3600.0) < 3600.0:
-            return False
-        self._shown_failures.pop(kind, None)  # re-inserted: the dict stays in the order they were shown
-        if len(self._shown_failures) >= 256:  # errors of ever new text: the oldest goes
-            self._shown_failures.pop(next(iter(self._shown_failures)))
-        self._shown_failures[kind] = now
-        return True
+        return Answer(suggestion, ticket.seen, self.messages.take())
 
     async def _suggest(self, ticket: Ticket, settings: Settings, on_partial, cold: bool,
                        timeline: Timeline) -> Suggestion | None:
@@ -305,7 +260,7 @@ class Suggester:
                 if gen.cancel.is_set():
                     return self._finish_cancelled(job)
                 timeline.mark("handler")
-                gen.future = self._executor.submit(self._generate, engine, ticket, settings, gen, on_partial,
+                gen.future = self.engine.submit(self._generate, engine, ticket, settings, gen, on_partial,
                                                    loop, cold, timeline)
             else:
                 timeline.mark("handler")
@@ -416,7 +371,7 @@ class Suggester:
             return "", None
         request = CompletionRequest(context.prefix, context.suffix, doc.language, max_new_tokens(settings, multiline),
                                     stop, cancel, RequestOptions(cold=cold, heal=settings.token_healing),
-                                    on_notice=self._notice)
+                                    on_notice=self.messages.notice)
         stream = engine.stream(request)
         text = ""
         started = time.perf_counter()
@@ -457,7 +412,7 @@ class Suggester:
             state = "stopped"
         out = {"state": state, "model": settings.model or "default", "device": None, "dtype": None,
                "error": self.last_error, "requests": self.counters.to_json(), "breakdown": self.stages.to_json(),
-               "completion_cache": self.completions.to_json(), "notices": dict(self.notices)}
+               "completion_cache": self.completions.to_json(), "notices": dict(self.messages.notices)}
         if engine is not None:
             out.update({k: v for k, v in engine.status().items() if k != "requests"})
         index = self._workspace()
@@ -467,25 +422,18 @@ class Suggester:
 
     def close(self) -> None:
         """For a command that exits next: stop, wait for the engine thread, and close the engine on
-        this thread. (A thread still in torch while the interpreter exits aborts the process:
-        "terminate called without an active exception", exit status 134.)"""
+        this thread."""
+        self._stop_all()
+        self.engine.close(wait=True)
+
+    def shutdown(self) -> None:
+        """The LSP shutdown: stop, and let the engine go without waiting for it."""
+        self._stop_all()
+        self.engine.close(wait=False)
+
+    def _stop_all(self) -> None:
         for job in self._jobs.values():
             job.generation.cancel.set()
         for uri in list(self._warm_ups):
             self._stop_warm_up(uri)
         self._stopped = True
-        self._executor.shutdown(wait=True, cancel_futures=True)
-        engine = self.engine_if_ready()
-        self._engine_future = None
-        if engine is not None:
-            engine.close()
-
-    def shutdown(self) -> None:
-        for job in self._jobs.values():
-            job.generation.cancel.set()
-        self._stopped = True
-        self._executor.shutdown(wait=False, cancel_futures=True)
-        engine = self.engine_if_ready()
-        self._engine_future = None  # nothing is asked of it any more
-        if engine is not None:  # once the cancelled generation lets go of it
-            threading.Thread(target=engine.close, name="memosight-engine-close", daemon=True).start()

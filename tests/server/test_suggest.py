@@ -361,7 +361,7 @@ def test_a_bad_draft_model_costs_the_draft_only(scripted_engine):
     suggester = Suggester(load)
     suggester.ensure_engine(Settings(model="big", draft_model="tiny")).result(timeout=10)
     assert loaded == ["big"]  # the user's model, not the defaults
-    assert any("without the draft model" in m for m in suggester._messages)
+    assert any("without the draft model" in m for m in suggester.messages.waiting)
     suggester.shutdown()
 
 
