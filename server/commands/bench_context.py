@@ -47,7 +47,7 @@ from ..context.languages import LANGUAGES_BY_SUFFIX
 from ..context.regions import REGION_KINDS
 from ..documents import Document
 from .common import CommandError, add_json_argument, print_result
-from .context_measures import PROXY_TOKEN, _needles, _recall_and_match, _typing
+from .context_measures import PROXY_TOKEN, needle_figures, recall_and_match, typing_stability
 
 
 # Beside the packed context: plain left truncation at the same budget and at twice it; llama.vim's
@@ -149,12 +149,12 @@ def run(args: argparse.Namespace) -> int:
     per_budget = {}
     for budget in budgets:  # the same cursors at each budget (one seed)
         per_budget[budget] = {"budget": budget,
-                              **_recall_and_match(files, args, count_tokens, engine, random.Random(args.seed), budget)}
+                              **recall_and_match(files, args, count_tokens, engine, random.Random(args.seed), budget)}
     out.update(per_budget[budgets[0]])
     if len(budgets) > 1:
         out["budgets"] = {str(b): result for b, result in per_budget.items()}
-    out.update(_needles(files, args, count_tokens))
-    out.update(_typing(files, args, count_tokens, encode))
+    out.update(needle_figures(files, args, count_tokens))
+    out.update(typing_stability(files, args, count_tokens, encode))
     print_result(out, args.json, _table, cpu=True)
     return 0
 

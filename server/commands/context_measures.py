@@ -218,7 +218,7 @@ def _variants(args, engine) -> tuple[dict[str, ContextCompressor], dict[str, flo
     return compressors, shares
 
 
-def _recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> dict:
+def recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> dict:
     positions = []
     for doc in files:
         lines = doc.text.split("\n")
@@ -338,7 +338,7 @@ NEEDLE_CONSTANT = "MEMOSIGHT_NEEDLE_LIMIT = 7919  # the needle\n"
 NEEDLE_HELPER = "def memosight_needle_helper(count, scale=3):\n    return count * scale + 7919\n"
 
 
-def _needles(files, args, count_tokens) -> dict:
+def needle_figures(files, args, count_tokens) -> dict:
     """Python needles: a constant at the top of a file grown to thousands of lines, used at the end;
     and a helper defined in another open file, used at the cursor."""
     pythons = [f for f in files if f.language == "python"]
@@ -369,7 +369,7 @@ def _needles(files, args, count_tokens) -> dict:
     return {"needle_cases": cases, "needle_found": found}
 
 
-def _typing(files, args, count_tokens, encode) -> dict:
+def typing_stability(files, args, count_tokens, encode) -> dict:
     """Type lines of a 2,000-line file char by char; stability of the prompt prefix and build time."""
     source = max((f for f in files if f.language == "python"), key=lambda f: f.text.count("\n"), default=None)
     if source is None:

@@ -1,7 +1,6 @@
 import json
 
 from memosight.server.commands.fuzz_stream import SCRATCH, FuzzStream
-from memosight.server.commands.lsp_text import LspText
 from memosight.server.documents import Document
 
 
@@ -66,8 +65,3 @@ def test_wrong_shapes_that_could_touch_a_document_touch_only_the_scratch_one():
                 if isinstance(body.get("params"), dict) and isinstance(body["params"].get("textDocument"), dict) else None
             if method in ("textDocument/didChange", "textDocument/didOpen") and isinstance(uri, str):
                 assert uri == SCRATCH or not uri.startswith("file:///fuzz/d")
-
-
-def test_a_position_past_the_end_means_the_end():
-    text = LspText("ab\ncd")
-    assert text.offset(0, 99) == 2 and text.offset(7, 0) == len("ab\ncd")
