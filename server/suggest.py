@@ -20,6 +20,7 @@ from memosight.engine.protocol import (
     RequestOptions,
 )
 
+from .ahead import Ahead
 from .completion_cache import CompletionCache, context_key
 from .config import Settings
 from .context.packed import PackedContext
@@ -37,7 +38,9 @@ log = logging.getLogger(__name__)
 
 
 class Suggester:
-    """Owns the engine (loaded in the background) and runs one generation at a time."""
+    """A keystroke's request from the editor's ask to the suggestion: typed through, joined or
+    generated on the engine thread (EngineHolder), with its context (ContextService), the work done
+    ahead of it (Ahead) and what the user is told (UserMessages)."""
 
     def __init__(self, load_engine: Callable[[Settings], Engine] | None = None, *,
                  open_documents: Callable[[], list[Document]] = list,
@@ -48,16 +51,16 @@ class Suggester:
         self.engine = EngineHolder(load_engine or (lambda settings: load_engine_from_settings(
             settings, str(getattr(self._workspace(), "root", "") or ""))), self.messages.waiting.append if fallback else None)
         self._jobs: dict[str, Job] = {}
-        self._warm_ups: dict[str, threading.Event] = {}  # uri -> the cancel event of its pending warm-up
         # every completion computed, for typing along it (typing-through) and for prefetches
         self.completions = CompletionCache()
         self._completions_settings: Settings | None = None  # the settings its completions were made under
-        self._prefetches: dict[str, tuple[tuple, threading.Event]] = {}  # uri -> (its context key, cancel)
         self._stopped = False
         self.counters = Counters()
         self.stages = StageStats()  # where the milliseconds of answered requests went
         self.last_error: str | None = None
         self.context = ContextService(open_documents, workspace)
+        self.ahead = Ahead(self.engine, self.context, lambda: self.completions, self.counters, self._run_model,
+                           self.ensure_engine)
 
     # --- engine ---------------------------------------------------------------------------------
 
@@ -117,83 +120,18 @@ class Suggester:
         hit = self.completions.lookup(doc.uri, doc.text[:cursor], doc.text[cursor:])
         return None if hit is None else hit.rest
 
-    # --- prefetch: the suggestion after the one on screen ---------------------------------------
+    # --- work ahead of the request (server/ahead.py) ----------------------------------------------
 
     def prefetch(self, ticket: Ticket, shown: str, settings: Settings) -> None:
-        """`shown` went on screen: compute, on the engine thread while the user reads it, the
-        suggestion that follows taking it, so that after Tab the next one is ready (llama.vim does
-        this). A request for any other text stops it."""
-        engine = self.engine_if_ready()
-        seen, cursor = ticket.seen, ticket.cursor
-        before, after = seen.text[:cursor] + shown, seen.text[cursor:]
-        if (engine is None or not settings.prefetch or self._stopped
-                or self.completions.has(seen.uri, before, after)):
-            return
-        self._stop_prefetch(seen.uri)
-        cancel = threading.Event()
-        self._prefetches[seen.uri] = (context_key(seen.uri, before, after), cancel)
-        doc = Document(seen.uri, before + after, seen.language, seen.version)
-        self.engine.submit(self._prefetch, engine, doc, len(before), settings, cancel)
-
-    def _stop_prefetch(self, uri: str, unless_at: tuple | None = None) -> None:
-        """Stop the prefetch of `uri`, unless it computes the suggestion at `unless_at` (a context
-        key): then the request at that context waits for it on the engine thread and finds it."""
-        running = self._prefetches.get(uri)
-        if running is not None and running[0] != unless_at:
-            running[1].set()
-            del self._prefetches[uri]
-
-    def _prefetch(self, engine: Engine, doc: Document, cursor: int, settings: Settings,
-                  cancel: threading.Event) -> None:
-        if cancel.is_set():
-            return
-        try:
-            text, completion = self._run_model(engine, doc, cursor, settings, cancel)
-            if completion.stop_reason != "cancelled":
-                self.completions.put(doc.uri, doc.text[:cursor], doc.text[cursor:], text, "prefetch")
-                self.counters.prefetched += 1
-        except Exception:  # noqa: BLE001 - a failed prefetch costs only the head start
-            log.exception("prefetch after a suggestion failed")
+        self.ahead.prefetch(ticket, shown, settings)
 
     def warm(self, doc: Document, cursor: int, settings: Settings) -> None:
-        """An edit landed at `cursor`: prefill the prompt a request there would get, now, on the
-        engine thread. Editors wait 75-350 ms before they ask; the request then finds its prompt
-        (mostly) computed. A newer edit or the request itself stops it between chunks."""
-        self._stop_warm_up(doc.uri)
-        self._stop_prefetch(doc.uri, unless_at=context_key(doc.uri, doc.text[:cursor], doc.text[cursor:]))
-        if not settings.prefill_on_edit or self._stopped:
-            return
-        cancel = self._warm_ups[doc.uri] = threading.Event()
-        self.counters.warm_ups += 1
-        # The engine thread runs in order: a warm-up sent while the engine loads runs right after it
-        # (a file opened at start is then warm before the user's first key).
-        self.engine.submit(self._warm_up, self.ensure_engine(settings), Ticket.of(doc, cursor), settings, cancel)
-
-    def _stop_warm_up(self, uri: str) -> None:
-        cancel = self._warm_ups.pop(uri, None)
-        if cancel is not None:
-            cancel.set()
-
-    def _warm_up(self, loading: Future, ticket: Ticket, settings: Settings, cancel: threading.Event) -> None:
-        if cancel.is_set() or ticket.stale() or not loading.done() or loading.exception() is not None:
-            return
-        engine = loading.result()
-        try:
-            doc = ticket.doc.frozen()
-            if doc.text is not ticket.seen.text:
-                return
-            view, view_cursor = doc.around(ticket.cursor)
-            context = self.context.build_for_warm_up(engine, view, view_cursor, settings)
-            engine.prefill(CompletionRequest(context.prefix, context.suffix, doc.language, cancel=cancel,
-                                             options=RequestOptions(heal=settings.token_healing)))
-        except Exception:  # noqa: BLE001 - a failed warm-up costs only the head start
-            log.exception("prefill after an edit failed")
+        self.ahead.warm(doc, cursor, settings)
 
     def forget(self, uri: str) -> None:
         """Drop what is kept for a document (closed, or a fresh request is wanted)."""
         self.completions.forget(uri)
-        self._stop_warm_up(uri)
-        self._stop_prefetch(uri)
+        self.ahead.forget(uri)
         job = self._jobs.pop(uri, None)  # a cancelled generation still running holds the text
         if job is not None:
             job.generation.cancel.set()
@@ -228,46 +166,18 @@ class Suggester:
 
     async def _suggest(self, ticket: Ticket, settings: Settings, on_partial, cold: bool,
                        timeline: Timeline) -> Suggestion | None:
-        doc, cursor = ticket.doc, ticket.cursor
+        """A keystroke's request, step by step."""
         self.counters.requests += 1
         started = time.perf_counter()
-        text = ticket.seen.text
-        rest = self.typing_through(doc, cursor, settings)
-        if rest is not None:
-            old = self._jobs.pop(doc.uri, None)
-            if old is not None:
-                old.superseded = True
-                old.generation.cancel.set()
-            self.counters.typed_through += 1
-            self.counters.completed += 1
-            timeline.kind = "typed_through"
-            timeline.mark("handler")
-            latency = (time.perf_counter() - started) * 1000
-            self.counters.latencies_ms.append(latency)
-            return Suggestion(rest, cursor, latency, 0, "typed_through")
-        # The request prefills the rest of its own warm-up itself, from where it stopped; the others'
-        # (an edit in a big file a moment ago) must not hold the engine while the user waits here.
-        for uri in list(self._warm_ups):
-            self._stop_warm_up(uri)
-        self._stop_prefetch(doc.uri, unless_at=context_key(doc.uri, text[:cursor], text[cursor:]))
-        job = self.start_job(doc, cursor, settings)
-        gen = job.generation
-        loop = asyncio.get_running_loop()
+        # 1. Typed along a completion computed before (shown or not): its rest, no model call.
+        if (rest := self._typed_through(ticket, settings, timeline, started)) is not None:
+            return rest
+        # 2. The engine is this request's now: warm-ups and prefetches for other text stop.
+        self._make_way(ticket)
+        # 3. Join the running generation the user typed into, or start one on the engine thread.
+        job = self.start_job(ticket.doc, ticket.cursor, settings)
         try:
-            if gen.future is None:
-                # shield: cancelling this request must not cancel the shared engine load
-                engine = await asyncio.shield(asyncio.wrap_future(self.ensure_engine(settings)))
-                if gen.cancel.is_set():
-                    return self._finish_cancelled(job)
-                timeline.mark("handler")
-                gen.future = self.engine.submit(self._generate, engine, ticket, settings, gen, on_partial,
-                                                   loop, cold, timeline)
-            else:
-                timeline.mark("handler")
-                timeline.kind = "joined"
-            suggestion = await self._first_answer(gen, text, cursor, timeline)
-            if timeline.kind == "joined":
-                timeline.mark("joined")
+            suggestion = await self._run_or_join(job, ticket, settings, on_partial, cold, timeline)
         except asyncio.CancelledError:
             # The editor cancels a request when the user types on. The generation goes on (bounded by
             # max_new_tokens and the latency budget): a later request typed into it joins it, its
@@ -278,10 +188,60 @@ class Suggester:
             self.counters.cancelled += 1
             raise
         finally:
-            if self._jobs.get(doc.uri) is job and (gen.future is None or gen.future.done()):
-                del self._jobs[doc.uri]
-        if job.superseded or gen.cancel.is_set():
+            gen = job.generation
+            if self._jobs.get(job.uri) is job and (gen.future is None or gen.future.done()):
+                del self._jobs[job.uri]
+        # 4. The answer: none for a request overtaken by another; what was typed since, dropped.
+        if job.superseded or job.generation.cancel.is_set():
             return self._finish_cancelled(job)
+        return self._answer(suggestion, ticket, started)
+
+    def _typed_through(self, ticket: Ticket, settings: Settings, timeline: Timeline,
+                       started: float) -> Suggestion | None:
+        rest = self.typing_through(ticket.doc, ticket.cursor, settings)
+        if rest is None:
+            return None
+        old = self._jobs.pop(ticket.doc.uri, None)
+        if old is not None:
+            old.superseded = True
+            old.generation.cancel.set()
+        self.counters.typed_through += 1
+        self.counters.completed += 1
+        timeline.kind = "typed_through"
+        timeline.mark("handler")
+        latency = (time.perf_counter() - started) * 1000
+        self.counters.latencies_ms.append(latency)
+        return Suggestion(rest, ticket.cursor, latency, 0, "typed_through")
+
+    def _make_way(self, ticket: Ticket) -> None:
+        """The request prefills the rest of its own warm-up itself, from where it stopped; the others'
+        (an edit in a big file a moment ago) must not hold the engine while the user waits. A
+        prefetch of exactly this text goes on: the request waits for it and finds it in the cache."""
+        self.ahead.stop_warm_ups()
+        text, cursor = ticket.seen.text, ticket.cursor
+        self.ahead.stop_prefetch(ticket.doc.uri, unless_at=context_key(ticket.doc.uri, text[:cursor], text[cursor:]))
+
+    async def _run_or_join(self, job: Job, ticket: Ticket, settings: Settings, on_partial, cold: bool,
+                           timeline: Timeline) -> Suggestion | None:
+        gen = job.generation
+        if gen.future is None:
+            # shield: cancelling this request must not cancel the shared engine load
+            engine = await asyncio.shield(asyncio.wrap_future(self.ensure_engine(settings)))
+            if gen.cancel.is_set():
+                return None
+            timeline.mark("handler")
+            gen.future = self.engine.submit(self._generate, engine, ticket, settings, gen, on_partial,
+                                            asyncio.get_running_loop(), cold, timeline)
+        else:
+            timeline.mark("handler")
+            timeline.kind = "joined"
+        suggestion = await self._first_answer(gen, ticket.seen.text, ticket.cursor, timeline)
+        if timeline.kind == "joined":
+            timeline.mark("joined")
+        return suggestion
+
+    def _answer(self, suggestion: Suggestion | None, ticket: Ticket, started: float) -> Suggestion | None:
+        text, cursor = ticket.seen.text, ticket.cursor
         if suggestion is not None and suggestion.offset != cursor:  # joined: drop what was typed since
             typed = text[suggestion.offset:cursor]
             if suggestion.text.startswith(typed) and len(suggestion.text) > len(typed):
@@ -434,6 +394,5 @@ class Suggester:
     def _stop_all(self) -> None:
         for job in self._jobs.values():
             job.generation.cancel.set()
-        for uri in list(self._warm_ups):
-            self._stop_warm_up(uri)
-        self._stopped = True
+        self.ahead.stop_warm_ups()
+        self.ahead.stopped = self._stopped = True

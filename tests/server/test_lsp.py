@@ -415,7 +415,7 @@ async def test_closing_a_document_drops_what_the_suggester_kept_for_it(tmp_path,
         suggester = client.server.suggester
         assert suggester.completions.has_document(uri)
         client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
-        await eventually(lambda: not suggester.completions.has_document(uri) and uri not in suggester._warm_ups
+        await eventually(lambda: not suggester.completions.has_document(uri) and not suggester.ahead.holds(uri)
                          and uri not in suggester._jobs)
 
 

@@ -1,0 +1,39 @@
+import asyncio
+
+from memosight.server.config import Settings
+from memosight.server.documents import Document
+from memosight.server.suggest import Suggester
+
+
+def test_a_warm_up_prefills_the_prompt_and_a_newer_edit_stops_the_older(scripted_engine):
+    engine = scripted_engine("x")
+    suggester = Suggester(lambda settings: engine)
+    doc = Document("file:///a.py", "def f(x):\n    return x\n", "python", 1)
+    settings = Settings(prefetch=False)
+    suggester.ensure_engine(settings).result(timeout=10)
+    suggester.ahead.warm(doc, 10, settings)
+    suggester.engine.submit(lambda: None).result(timeout=10)  # the engine thread got to it
+    assert len(engine.prefills) == 1 and engine.prefills[0].prefix.endswith("def f(x):\n")
+    assert suggester.counters.warm_ups == 1
+    suggester.ahead.warm(doc, 10, Settings(prefill_on_edit=False))  # off: the pending one stops, none starts
+    assert not suggester.ahead.holds(doc.uri) and engine.prefills[0].cancel.is_set()
+    suggester.close()
+
+
+def test_a_prefetch_lands_in_the_completion_cache_and_closing_the_document_drops_it(scripted_engine):
+    engine = scripted_engine("y = 1", repeat=False)
+    suggester = Suggester(lambda settings: engine)
+    doc = Document("file:///a.py", "x = 1\n\n", "python", 1)
+    settings = Settings()
+
+    async def scenario():
+        return await suggester.suggest(doc, 6, settings)
+
+    answer = asyncio.run(scenario())
+    assert answer.suggestion.text == "y = 1"
+    suggester.engine.submit(lambda: None).result(timeout=10)  # the prefetch ran after the answer
+    assert suggester.counters.prefetched == 1
+    assert suggester.completions.has(doc.uri, "x = 1\ny = 1", "\n")
+    suggester.forget(doc.uri)
+    assert not suggester.ahead.holds(doc.uri) and not suggester.completions.has_document(doc.uri)
+    suggester.close()
