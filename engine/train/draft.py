@@ -25,7 +25,7 @@ from ..loading import load_engine
 from ..protocol import EngineError
 from . import Progress, checkpoint
 from .heads import split_files, windows_from_texts
-from .optim import Schedule, adamw, lr_at, optimizer_step
+from .optim import Schedule, adamw, fit
 
 CHECKPOINT_FILE = "draft_state.pt"  # in the run folder
 TEACHER_FILE = "teacher_topk.pt"  # the target's top-k over the training windows, computed once
@@ -173,22 +173,24 @@ def run_draft(target: str | None, out: Path, cfg: DraftTrainConfig, *, corpus_sp
         f"({params / target_params:.0%} of the target's); step {state.step}/{cfg.steps}")
     del engine, teacher  # the target's work is done: its top-k is stored
 
-    schedule = cfg.schedule()
     start = time.perf_counter() - state.elapsed_s
     draft.train()
-    while state.step < cfg.steps:
-        pick = random.Random(cfg.seed * 1_000_003 + state.step)  # the batch depends on the step only
+
+    def loss_at(step: int) -> torch.Tensor:
+        pick = random.Random(cfg.seed * 1_000_003 + step)  # the batch depends on the step only
         rows = [pick.randrange(len(windows)) for _ in range(cfg.batch)]
         logits = draft(input_ids=windows[rows].to(draft.device)).logits
-        loss = distillation_loss(logits, values[rows].to(draft.device), indices[rows].to(draft.device))
-        optimizer_step(optimizer, loss, lr_at(state.step, schedule))
-        state.step += 1
+        return distillation_loss(logits, values[rows].to(draft.device), indices[rows].to(draft.device))
+
+    def after_step(loss: torch.Tensor, lr: float) -> None:
         state.elapsed_s = time.perf_counter() - start
         state.losses.append(round(float(loss.detach()), 4))
         if progress:
             progress(state.step, cfg.steps, {"loss": f"{state.losses[-1]:.3f}"})
         if state.step % cfg.checkpoint_every == 0 or state.step == cfg.steps:
             checkpoint.save(out / CHECKPOINT_FILE, "model", draft, optimizer, state=state.__dict__)
+
+    fit(optimizer, cfg.schedule(), state, cfg.steps, loss_at, after_step)
     draft.eval()
     agree = agreement(draft, val_indices, val_windows.to(draft.device)) if val_indices is not None else None
     folder = out / "draft"

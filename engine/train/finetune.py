@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from ..protocol import EngineError
 from . import Progress, checkpoint
-from .optim import Schedule, adamw, lr_at, set_lr
+from .optim import Schedule, adamw, fit
 
 CHECKPOINT_FILE = "finetune_state.pt"  # in the run folder
 
@@ -117,22 +117,24 @@ def finetune(model, rows: list[Row], pad_id: int, cfg: FinetuneConfig, state: Fi
     """Train from state.step to cfg.steps on random batches of `rows` (the batch order depends only
     on the seed and the step, so a resumed run draws the same batches)."""
     model.train()
-    schedule = cfg.schedule()
-    while state.step < cfg.steps:
-        rng = random.Random(cfg.seed * 1_000_003 + state.step)
+    step_figures = {}
+
+    def loss_at(step: int) -> torch.Tensor:
+        rng = random.Random(cfg.seed * 1_000_003 + step)
         batch = [rows[rng.randrange(len(rows))] for _ in range(cfg.batch)]
-        set_lr(optimizer, lr_at(state.step, schedule))
-        start = time.perf_counter()
-        loss, nats, tokens = row_losses(model, batch, pad_id, cfg.prompt_weight)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        state.seconds += time.perf_counter() - start
-        state.step += 1
-        state.history.append({"step": state.step, "middle_loss": round(nats / max(1, tokens), 4)})
+        step_figures["start"] = time.perf_counter()
+        loss, step_figures["nats"], step_figures["tokens"] = row_losses(model, batch, pad_id, cfg.prompt_weight)
+        return loss
+
+    def after_step(loss: torch.Tensor, lr: float) -> None:
+        state.seconds += time.perf_counter() - step_figures["start"]
+        state.history.append({"step": state.step,
+                              "middle_loss": round(step_figures["nats"] / max(1, step_figures["tokens"]), 4)})
         if on_step:
             on_step(state, float(loss.detach()))
+
+    fit(optimizer, cfg.schedule(), state, cfg.steps, loss_at, after_step, clip_params=list(model.parameters()),
+        clip=1.0)
     model.eval()
     return state
 

@@ -34,7 +34,7 @@ from ..protocol import EngineError
 from . import Progress, checkpoint
 from .corpus import build_corpus, resolve_sources
 from .data import fim_split, split_into_chunks
-from .optim import Schedule, adamw, lr_at, optimizer_step
+from .optim import Schedule, adamw, fit
 
 CHECKPOINT_FILE = "heads_state.pt"  # in the run folder
 FEATURES_DIR = "features"  # in the run folder: windows.pt and shard-NNNN.pt
@@ -236,26 +236,29 @@ def train_heads(heads: DraftHeads, lm_head, embed, features: Features, labels: L
     device = next(heads.parameters()).device
     bf16 = fast_bf16(device) if cfg.bf16 is None else cfg.bf16
     weights = [cfg.decay ** k for k in range(cfg.num_heads)]
-    schedule = cfg.schedule()
     start = time.perf_counter() - state.elapsed_s
-    while state.step < cfg.steps:
-        rng = torch.Generator().manual_seed(cfg.seed * 1_000_003 + state.step)  # the batch depends on the step only
+    per_head = []
+
+    def loss_at(step: int) -> torch.Tensor:
+        rng = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)  # the batch depends on the step only
         rows, cols = sample_positions(features, cfg.batch, cfg.num_heads, rng)
         hidden, token, targets = head_inputs(features, rows, cols, embed, cfg.num_heads, labels)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            losses = head_losses(heads, lm_head, hidden.to(device), None if token is None else token.to(device),
-                                 targets.to(device))
-        loss = sum(w * l for w, l in zip(weights, losses)) / sum(weights)
-        optimizer_step(optimizer, loss, lr_at(state.step, schedule))
-        state.step += 1
+            per_head[:] = head_losses(heads, lm_head, hidden.to(device), None if token is None else token.to(device),
+                                      targets.to(device))
+        return sum(w * l for w, l in zip(weights, per_head)) / sum(weights)
+
+    def after_step(loss: torch.Tensor, lr: float) -> None:
         state.elapsed_s = time.perf_counter() - start
         loss_value = float(loss.detach())
         state.losses.append(round(loss_value, 4))
         if progress:
             progress(state.step, cfg.steps,
-                     dict(loss=f"{loss_value:.3f}", heads=" ".join(f"{float(l.detach()):.2f}" for l in losses)))
+                     dict(loss=f"{loss_value:.3f}", heads=" ".join(f"{float(l.detach()):.2f}" for l in per_head)))
         if state.step % cfg.checkpoint_every == 0 or state.step == cfg.steps:
             save(state)
+
+    fit(optimizer, cfg.schedule(), state, cfg.steps, loss_at, after_step)
 
 
 def fast_bf16(device: torch.device) -> bool:

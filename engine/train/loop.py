@@ -28,7 +28,7 @@ from .corpus import Corpus, build_corpus, read_folder, resolve_sources
 from .data import epoch_windows, eval_windows, spread_sample
 from .export import export_model, folder_megabytes, model_card
 from .model import PRESETS, ModelConfig, build_model, count_params
-from .optim import Schedule, adamw, lr_at, set_lr
+from .optim import Schedule, adamw, fit
 from .tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 
 CHECKPOINT_FILE = "state.pt"  # in RUN/checkpoint/
@@ -143,36 +143,29 @@ def train(model, tokenizer, train_texts: list[str], val_windows: torch.Tensor, s
     started = time.time()
     base_seconds = state.train_seconds
     tokens_per_step = cfg.batch_size * cfg.seq_len
-    window_t0, window_step0 = time.time(), state.step
-    while state.step < last_step:
-        epoch, index = divmod(state.step, steps_per_epoch)
+    window = {"t0": time.time(), "step0": state.step}
+
+    def loss_at(step: int) -> torch.Tensor:
+        epoch, index = divmod(step, steps_per_epoch)
         data = windows_of(epoch)
-        rows = torch.arange(index * cfg.batch_size, (index + 1) * cfg.batch_size) % len(data)
-        batch = data[rows]  # (B, T+1)
+        batch = data[torch.arange(index * cfg.batch_size, (index + 1) * cfg.batch_size) % len(data)]  # (B, T+1)
         x, y = batch[:, :-1], batch[:, 1:]  # (B, T)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+            logits = model(input_ids=x).logits  # (B, T, V)
+        return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
 
-        with threads.measured(1, restore=False) if threads else contextlib.nullcontext():
-            lr = lr_at(state.step, schedule, state.train_seconds)
-            set_lr(optimizer, lr)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
-                logits = model(input_ids=x).logits  # (B, T, V)
-            loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-
-        state.step += 1
+    def after_step(loss: torch.Tensor, lr: float) -> bool:
+        epoch = (state.step - 1) // steps_per_epoch
         state.tokens_seen += tokens_per_step
         state.train_seconds = base_seconds + (time.time() - started)
-        speed = (state.step - window_step0) * tokens_per_step / max(1e-6, time.time() - window_t0)
+        speed = (state.step - window["step0"]) * tokens_per_step / max(1e-6, time.time() - window["t0"])
         if progress:
             figures = dict(loss=f"{loss.item():.3f}", lr=f"{lr:.1e}", tok_s=f"{speed:,.0f}", epoch=epoch)
             if cfg.max_minutes:  # a bar's own ETA counts steps; a time budget ends the run sooner
                 figures["budget_left"] = f"{max(0.0, cfg.max_minutes - state.train_seconds / 60):.0f}min"
             progress(state.step, total_steps, figures)
         if state.step % 50 == 0:
-            window_t0, window_step0 = time.time(), state.step
+            window.update(t0=time.time(), step0=state.step)
             steps_per_s = {t: round(1000 / ms, 3) for t, ms in threads.ms_per_unit.items()} if threads else {}
             log(f"step {state.step}/{total_steps} epoch {epoch} loss {loss.item():.4f} lr {lr:.2e} "
                 f"tok/s {speed:,.0f} tokens {state.tokens_seen:,} elapsed {state.train_seconds / 60:.1f} min"
@@ -187,10 +180,13 @@ def train(model, tokenizer, train_texts: list[str], val_windows: torch.Tensor, s
             save_checkpoint()
         if out_of_time:
             log(f"stopping at step {state.step}: the {cfg.max_minutes:g}-minute budget is spent")
-            break
+        return bool(out_of_time)
+
+    fit(optimizer, schedule, state, last_step, loss_at, after_step, clip_params=list(model.parameters()),
+        clip=cfg.grad_clip, elapsed_s=lambda: state.train_seconds,
+        step_context=(lambda: threads.measured(1, restore=False)) if threads else contextlib.nullcontext)
 
 
-# ----------------------------------------------------------------------------- checkpoints
 def save_checkpoint(path: Path, model, optimizer, state: RunState) -> None:
     run_state = {**asdict(state), "model_config": asdict(state.model_config),
                  "train_config": asdict(state.train_config)}

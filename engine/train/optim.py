@@ -1,5 +1,6 @@
-"""How every trainer (base model, draft heads, fine-tune) steps: AdamW and the warmup + cosine
-learning-rate schedule, one copy of each.
+"""How every trainer (base model, draft heads, draft model, fine-tune) steps: the one training loop
+(`fit`), AdamW and the warmup + cosine learning-rate schedule, one copy of each. A trainer is a
+configuration of them: its loss for a step, its schedule, what it does after a step.
 
 The trainers differ only in their knobs: the base model and the fine-tune decay to a floor of
 `min_lr_ratio * lr`, the heads to zero (`min_lr_ratio=0.0` gives exactly the values of the heads'
@@ -10,7 +11,8 @@ model can also follow a wall-clock budget.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -58,9 +60,33 @@ def adamw(params: Iterable[torch.nn.Parameter], lr: float, *, weight_decay: floa
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, beta2), fused=fused)
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, lr: float) -> None:
-    """One update at learning rate `lr`: gradients of `loss`, then the step."""
+def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, lr: float,
+                   clip_params: Iterable[torch.nn.Parameter] | None = None, clip: float = 0.0) -> None:
+    """One update at learning rate `lr`: gradients of `loss` (their norm clipped to `clip` over
+    `clip_params` where given), then the step."""
     set_lr(optimizer, lr)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    if clip:
+        torch.nn.utils.clip_grad_norm_(clip_params, clip)
     optimizer.step()
+
+
+def fit(optimizer: torch.optim.Optimizer, schedule: Schedule, state, last_step: int,
+        loss_at: Callable[[int], torch.Tensor], after_step: Callable[[torch.Tensor, float], bool | None], *,
+        clip_params: Iterable[torch.nn.Parameter] | None = None, clip: float = 0.0,
+        elapsed_s: Callable[[], float] = lambda: 0.0,
+        step_context: Callable[[], AbstractContextManager] = nullcontext) -> None:
+    """The training loop. From `state.step` to `last_step`: the loss of the step (`loss_at(step)`:
+    its batch depends on the seed and the step only, so a resumed run draws the same batches), one
+    update at the schedule's rate for that step (`elapsed_s()`: the seconds a wall-clock budget
+    counts), `state.step += 1`, then `after_step(loss, lr)` (figures, progress, checkpoints), which
+    returns True to stop early. `step_context()` wraps each step's work (a thread-count measurement)."""
+    while state.step < last_step:
+        with step_context():
+            lr = lr_at(state.step, schedule, elapsed_s())
+            loss = loss_at(state.step)
+            optimizer_step(optimizer, loss, lr, clip_params, clip)
+        state.step += 1
+        if after_step(loss, lr):
+            break

@@ -37,3 +37,29 @@ def test_adamw_decays_matrices_only_when_asked_and_set_lr_moves_every_group():
     assert len(single.param_groups) == 1 and single.param_groups[0]["weight_decay"] == 0.0
     set_lr(split, 5e-4)
     assert all(g["lr"] == 5e-4 for g in split.param_groups)
+
+
+def test_the_one_loop_steps_from_the_state_clips_and_stops_when_asked():
+    import types
+
+    import torch
+
+    from memosight.engine.train.optim import Schedule, adamw, fit
+
+    weight = torch.nn.Parameter(torch.tensor([10.0]))
+    optimizer = adamw([weight], 0.1)
+    state = types.SimpleNamespace(step=3)  # resumed at step 3
+    seen, rates = [], []
+
+    def loss_at(step):
+        seen.append(step)
+        return (weight * 100) ** 2  # a huge gradient: clipped to 1 below
+
+    def after_step(loss, lr):
+        rates.append(lr)
+        assert weight.grad.norm() <= 1.0 + 1e-6
+        return state.step == 6  # stop early
+
+    fit(optimizer, Schedule(lr=0.1, warmup=0, steps=100), state, 10, loss_at, after_step, clip_params=[weight], clip=1.0)
+    assert seen == [3, 4, 5] and state.step == 6 and weight.item() < 10.0
+    assert rates[0] > rates[-1]  # the schedule at each step's own number (cosine decay)
