@@ -6,6 +6,7 @@ torch is imported lazily, so that the server can import the protocol (and `load_
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .protocol import (BackendSpec, Completion, CompletionRequest, Engine, EngineError, EngineInfo, EngineSettings,
@@ -49,6 +50,16 @@ def load_engine(model: "str | EngineSpec | None" = None, device: str | None = No
     session = session_id(getpass.getuser(), spec.workspace) if spec.workspace else ""
     return open_remote_engine(spec.backend, fallback=local if spec.backend.fallback == "local" else None,
                               session_id=session)
+
+
+def fault_injector(spec: str) -> "Callable[[Engine], Engine]":
+    """For reliability tests only: a function that puts an engine behind one that fails or stalls on
+    purpose by `spec` (e.g. 'raise=0.05,slow=0.05,slow_ms=400,seed=0'; faults.py). A bad spec raises
+    ValueError at once, before any engine is loaded."""
+    from .faults import FaultPlan, FaultyEngine
+
+    plan = FaultPlan.parse(spec)
+    return lambda engine: FaultyEngine(engine, plan)
 
 
 def __getattr__(name: str):

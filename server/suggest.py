@@ -54,7 +54,6 @@ class Suggester:
         # every completion computed, for typing along it (typing-through) and for prefetches
         self.completions = CompletionCache()
         self._completions_settings: Settings | None = None  # the settings its completions were made under
-        self._stopped = False
         self.counters = Counters()
         self.stages = StageStats()  # where the milliseconds of answered requests went
         self.last_error: str | None = None
@@ -340,7 +339,9 @@ class Suggester:
                 text += piece
                 if gen is not None:
                     gen.partial = text
-                    if multiline and not gen.first_lines.done() and (lines := finished_lines(text)).strip():
+                    # the finished lines change only when a piece brings a newline
+                    if multiline and "\n" in piece and not gen.first_lines.done() \
+                            and (lines := finished_lines(text)).strip():
                         gen.first_lines.set_result(Suggestion(
                             post_process(lines, multiline), cursor, (time.perf_counter() - started) * 1000,
                             0, "first_line"))
@@ -368,7 +369,7 @@ class Suggester:
     def status(self, settings: Settings) -> dict:
         engine = self.engine_if_ready()
         state = "ready" if engine is not None else ("error" if self.last_error else "loading")
-        if self._stopped:  # after the LSP shutdown request
+        if self.ahead.stopped:  # after the LSP shutdown request
             state = "stopped"
         out = {"state": state, "model": settings.model or "default", "device": None, "dtype": None,
                "error": self.last_error, "requests": self.counters.to_json(), "breakdown": self.stages.to_json(),
@@ -395,4 +396,4 @@ class Suggester:
         for job in self._jobs.values():
             job.generation.cancel.set()
         self.ahead.stop_warm_ups()
-        self.ahead.stopped = self._stopped = True
+        self.ahead.stopped = True  # and no more work ahead of requests

@@ -2,7 +2,7 @@
 --faults SPEC [memosight-lsp options]`, for `memosight bench soak` and reliability tests only. The
 shipped entry point (server/__main__.py) knows nothing of it.
 
-SPEC, e.g. 'raise=0.05,slow=0.05,slow_ms=400,seed=0': see memosight.engine.faults.FaultPlan.
+SPEC, e.g. 'raise=0.05,slow=0.05,slow_ms=400,seed=0': see memosight.engine.fault_injector.
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="memosight.server.with_faults", add_help=False)
     parser.add_argument("--faults", required=True, metavar="SPEC")
     args, rest = parser.parse_known_args(argv)
-    from memosight.engine.faults import FaultPlan, FaultyEngine
+    from memosight.engine import fault_injector
 
     from .engine_choice import load_engine_from_settings
 
     try:
-        plan = FaultPlan.parse(args.faults)
+        faulty = fault_injector(args.faults)
     except ValueError as exc:
         parser.error(f"--faults: {exc}")
 
     def load_engine(settings):
-        return FaultyEngine(load_engine_from_settings(settings), plan)
+        return faulty(load_engine_from_settings(settings))
     return lsp_main.main(rest, load_engine)
 
 

@@ -22,6 +22,7 @@ import time
 from ..documents import text_digest
 from .common import CommandError, add_json_argument, print_result, process_memory_mb, say
 from .fuzz_stream import SCRATCH, FuzzStream, encode, frame
+from .lsp_client import read_frame
 
 ANSWER_TIMEOUT_S = 180.0  # for the last answers after the stream, a cold model included
 
@@ -58,20 +59,9 @@ class RawServer:
         self.reader = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
-        out = self.proc.stdout
-        while True:
-            length = None
-            while True:
-                line = await out.readline()
-                if not line:
-                    return
-                if not line.strip():
-                    break
-                name, _, value = line.decode("ascii").partition(":")
-                if name.lower() == "content-length":
-                    length = int(value)
+        while (body := await read_frame(self.proc.stdout)) is not None:
             try:
-                message = json.loads(await out.readexactly(length))
+                message = json.loads(body)
             except (ValueError, TypeError):
                 self.bad_frames += 1
                 continue

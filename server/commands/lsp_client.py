@@ -11,6 +11,24 @@ import time
 from typing import Any
 
 
+async def read_frame(reader: asyncio.StreamReader) -> bytes | None:
+    """The body of the next LSP frame the server wrote; None at the end of its output."""
+    length = None
+    while True:
+        line = await reader.readline()
+        if not line:
+            return None
+        line = line.strip()
+        if not line:
+            break
+        name, _, value = line.decode("ascii").partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    if not length:
+        raise ConnectionError("a message without Content-Length")
+    return await reader.readexactly(length)
+
+
 class LspProcess:
     def __init__(self, command: list[str], env: dict | None = None):
         self.command = command
@@ -40,22 +58,8 @@ class LspProcess:
 
     async def _read_messages(self) -> None:
         assert self.proc and self.proc.stdout
-        reader = self.proc.stdout
-        while True:
-            length = None
-            while True:
-                line = await reader.readline()
-                if not line:
-                    return
-                line = line.strip()
-                if not line:
-                    break
-                name, _, value = line.decode().partition(":")
-                if name.lower() == "content-length":
-                    length = int(value)
-            if not length:
-                raise ConnectionError("a message without Content-Length")
-            message = json.loads(await reader.readexactly(length))
+        while (body := await read_frame(self.proc.stdout)) is not None:
+            message = json.loads(body)
             if "method" in message and "id" in message:  # a request from the server: answer null
                 self._write({"jsonrpc": "2.0", "id": message["id"], "result": None})
             elif "method" in message:

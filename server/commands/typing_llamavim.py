@@ -26,9 +26,8 @@ a1c8e6e40cb45df59b78add5b65d575386832465 (2026-01-31), with its default `g:llama
   suggestion repeating the suffix / the next lines, the line suffix appended, whitespace-only not
   acceptable. visible() is what `llama#fim_accept('full')` would add at the cursor.
 - `s:cache_insert` / `s:cache_get`: LRU of max_cache_keys (it evicts at the limit even on an update).
-- `s:pick_chunk`, `s:chunk_sim`, `s:ring_get_extra`, `s:ring_update`: the queue of 16, similarity
-  eviction (>0.9), the ring of ring_n_chunks, and every ring_update_ms (outside insert mode, or after
-  3 s without a cursor move) one queued chunk moved into the ring and an n_predict 0 request sent.
+- the ring of extra context: llamavim_ring.py; every ring_update_ms (outside insert mode, or
+  after 3 s without a cursor move) one queued chunk moves into it and an n_predict 0 request is sent.
 
 Deliberate differences: Vim counts bytes (col('.'), len(), string slices), this counts characters (the
 same on ASCII code); no info display (show_info only formats text), no instruct, no popup menu; curl
@@ -43,12 +42,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import random
 import re
 import time
 
 from .loopback_http import post_json
+from .llamavim_ring import Ring, chunk_sim  # noqa: F401 - chunk_sim: llama.vim's, named here too
 from .typing_lsp import process_cpu_seconds
 from .typing_system import SystemStats
 
@@ -63,7 +62,6 @@ RESPONSE_FIELDS = ["content", "timings/prompt_n", "timings/prompt_ms", "timings/
                    "timings/prompt_per_second", "timings/predicted_n", "timings/predicted_ms",
                    "timings/predicted_per_token_ms", "timings/predicted_per_second", "truncated", "tokens_cached"]
 SPACES = re.compile(r"[ \t]*")  # Vim's \s* (\s is a space or a tab)
-NON_WORD = re.compile(r"[^0-9A-Za-z_]+")  # Vim's \W
 CONTENT_FIELD = re.compile(r'"content"\s*:"')  # s:fim_on_response's quick check, compact JSON only
 
 
@@ -81,16 +79,6 @@ def vim_upto(s: str, n: int) -> str:
     return s[:n + 1] if n >= 0 else ""
 
 
-def chunk_sim(c0: list[str], c1: list[str]) -> float:
-    """s:chunk_sim: 2 * (tokens of c1 found in c0's set) / (tokens of both)."""
-    tokens0 = [t for t in NON_WORD.split("\n".join(c0)) if t]
-    tokens1 = [t for t in NON_WORD.split("\n".join(c1)) if t]
-    if not tokens0 and not tokens1:
-        return 1.0
-    set0 = set(tokens0)
-    return 2.0 * sum(t in set0 for t in tokens1) / (len(tokens0) + len(tokens1))
-
-
 def ctx_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -103,7 +91,6 @@ class LlamaVimSystem:
     BUFENTER_PICK_S = 0.1  # BufEnter's timer_start(100, ...)
     RETRY_S = 0.1  # llama#fim's timer while a job is in flight
     FIRST_PREDICT_MS = 250  # llama#fim: the first request is quick, the prefetch gets t_max_predict_ms
-    QUEUE_MAX = 16  # s:pick_chunk's "TODO: become parameter ?"
 
     def __init__(self, url: str, *, server_pid: int | None = None, config: dict | None = None,
                  seed: int | None = None):
@@ -117,9 +104,7 @@ class LlamaVimSystem:
         self.y, self.x, self.path, self.modified, self.mode = 1, 0, "", False, "n"
         # llama#init's script state
         self.cache: dict[str, str] = {}  # insertion order = g:cache_lru_order
-        self.ring_chunks: list[dict] = []
-        self.ring_queued: list[dict] = []
-        self.ring_n_evict = 0
+        self.ring = Ring(self.cfg, self.rng)
         self.hint_shown = False
         self.fim_data: dict = {}
         self.pos_y_pick = -9999
@@ -189,8 +174,8 @@ class LlamaVimSystem:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.stats.model_cpu_s = process_cpu_seconds(self.server_pid) - self._cpu_start
-        self.stats.notes = {**self.count, "cache_keys": len(self.cache), "ring_chunks": len(self.ring_chunks),
-                            "ring_queued": len(self.ring_queued), "ring_evicted": self.ring_n_evict}
+        self.stats.notes = {**self.count, "cache_keys": len(self.cache), "ring_chunks": len(self.ring.chunks),
+                            "ring_queued": len(self.ring.queued), "ring_evicted": self.ring.n_evict}
         return self.stats
 
     # --- the buffer, as Vim's getline() sees it ---------------------------------------------------
@@ -231,41 +216,21 @@ class LlamaVimSystem:
 
     # --- the ring of extra context --------------------------------------------------------------
 
+    @property
+    def ring_chunks(self) -> list[dict]:
+        return self.ring.chunks
+
+    @property
+    def ring_queued(self) -> list[dict]:
+        return self.ring.queued
+
     def _pick_around_cursor(self) -> None:
         """BufEnter / BufLeave: a chunk around the cursor of the current (unmodified, file) buffer."""
         if self.lines is not None:
             self._pick_chunk(self._around_cursor(), no_mod=True, do_evict=True)
 
-    def _random_chunk(self, text: list[str]) -> list[str]:
-        half = self.cfg["ring_chunk_size"] // 2
-        l0 = self.rng.randint(0, max(0, len(text) - half))
-        return text[l0:min(l0 + half, len(text)) + 1]  # Vim's text[l0:l1] includes l1
-
     def _pick_chunk(self, text: list[str], no_mod: bool, do_evict: bool) -> None:
-        """s:pick_chunk: queue a random chunk of `text` unless it is there already or (without
-        do_evict) too similar to one that is."""
-        if no_mod and (self.modified or not os.path.isfile(self.path)):
-            return
-        if self.cfg["ring_n_chunks"] <= 0 or len(text) < 3:
-            return
-        chunk = text if len(text) + 1 < self.cfg["ring_chunk_size"] else self._random_chunk(text)
-        if any(c["data"] == chunk for c in self.ring_chunks + self.ring_queued):
-            return
-        for chunks in (self.ring_queued, self.ring_chunks):
-            for i in range(len(chunks) - 1, -1, -1):
-                if chunk_sim(chunks[i]["data"], chunk) > 0.9:
-                    if not do_evict:
-                        return
-                    del chunks[i]
-                    self.ring_n_evict += 1
-        if len(self.ring_queued) == self.QUEUE_MAX:
-            del self.ring_queued[0]
-        now = time.monotonic()
-        self.ring_queued.append({"data": chunk, "str": "\n".join(chunk) + "\n",
-                                 "time": [int(now), int(now % 1 * 1e6)], "filename": self.path})
-
-    def _ring_get_extra(self) -> list[dict]:
-        return [{"text": c["str"], "time": c["time"], "filename": c["filename"]} for c in self.ring_chunks]
+        self.ring.pick(text, self.path, self.modified, no_mod, do_evict)
 
     def _ring_update(self) -> None:
         """s:ring_update: every ring_update_ms, when idle, move one queued chunk into the ring and let
@@ -273,12 +238,9 @@ class LlamaVimSystem:
         self.timer_ring = asyncio.get_running_loop().call_later(self.cfg["ring_update_ms"] / 1000, self._ring_update)
         if self.mode != "n" and time.monotonic() - self.t_last_move < self.RING_IDLE_S:
             return
-        if not self.ring_queued:
+        if not self.ring.rotate():
             return
-        if len(self.ring_chunks) == self.cfg["ring_n_chunks"]:
-            del self.ring_chunks[0]
-        self.ring_chunks.append(self.ring_queued.pop(0))
-        request = {"id_slot": 0, "input_prefix": "", "input_suffix": "", "input_extra": self._ring_get_extra(),
+        request = {"id_slot": 0, "input_prefix": "", "input_suffix": "", "input_extra": self.ring.extra(),
                    "prompt": "", "n_predict": 0, "temperature": 0.0, "samplers": [], "stream": False,
                    "cache_prompt": True, "t_max_prompt_ms": 1, "t_max_predict_ms": 1, "response_fields": [""],
                    "model": self.cfg["model_fim"]}
@@ -347,13 +309,9 @@ class LlamaVimSystem:
             return
         self.indent_last = ctx["indent"]
         # evict ring chunks very similar to the text here: they make the model repeat what is there
-        chunk = self._random_chunk(self._around_cursor())
-        for i in range(len(self.ring_chunks) - 1, -1, -1):
-            if chunk_sim(self.ring_chunks[i]["data"], chunk) > 0.5:
-                del self.ring_chunks[i]
-                self.ring_n_evict += 1
+        self.ring.evict_like(self.ring.random_chunk(self._around_cursor()), above=0.5)
         request = {"id_slot": 0, "input_prefix": prefix, "input_suffix": suffix,
-                   "input_extra": self._ring_get_extra(), "prompt": middle, "n_predict": self.cfg["n_predict"],
+                   "input_extra": self.ring.extra(), "prompt": middle, "n_predict": self.cfg["n_predict"],
                    "stop": self.cfg["stop_strings"], "n_indent": ctx["indent"], "top_k": 40, "top_p": 0.90,
                    "samplers": ["top_k", "top_p", "infill"], "stream": False, "cache_prompt": True,
                    "t_max_prompt_ms": self.cfg["t_max_prompt_ms"], "t_max_predict_ms": t_max_predict_ms,
