@@ -277,6 +277,10 @@ class PromptCache:
         # (prompt, last hidden state, logits) of a warm-up that computed a whole prompt: what
         # prefill_hidden returns without a forward pass when the request's prompt is that one
         self._ready: tuple[list[int], torch.Tensor, torch.Tensor] | None = None
+        # (the text it was rendered from, the prompt) of the last prompt rendered: a request after
+        # its warm-up renders nothing. With the KV and _ready this is everything a warm-up leaves
+        # for its request on the engine's side, in one place. Not model state: clear() keeps it.
+        self._rendered: tuple[tuple, object] | None = None
 
     def _reuse(self, model, input_ids: list[int]) -> int:
         """Bring the cache to the longest reusable prefix of `input_ids`; returns its length."""
@@ -297,6 +301,13 @@ class PromptCache:
             return 0
         crop(self.cache, keep)
         return keep
+
+    def rendered(self, key: tuple):
+        """The prompt last rendered from `key` (the text and how it was rendered), or None."""
+        return self._rendered[1] if self._rendered is not None and self._rendered[0] == key else None
+
+    def remember_rendered(self, key: tuple, prompt) -> None:
+        self._rendered = (key, prompt)
 
     def remember(self) -> None:
         """Store the current prompt's blocks in the prefix tree (after a request)."""

@@ -100,7 +100,6 @@ class LocalEngine:
         self.eos_ids = self._eos_ids()
         self.end_ids = self.eos_ids | end_token_ids(self.fim, self.vocab) | end_token_ids(PLAIN, self.vocab)
         self._token_bytes: TokenBytes | None = None  # built on the first healed prompt
-        self._last_prompt: tuple[tuple, Prompt] | None = None  # (its arguments, it): a request after its warm-up
         self.prompt_cache = kv.PromptCache(kv.PrefixTree())
         # Sliding-window caches drop old positions: no cropping, so no reuse and no tree verification.
         self.can_speculate = kv.supports_reuse(model)
@@ -158,8 +157,8 @@ class LocalEngine:
         """The prompt for a cursor between `prefix` and `suffix`: the model's FIM template (unless
         `fim` is False or it has none), backed up to a token boundary when `heal`."""
         key = (prefix, suffix, heal, fim)
-        if self._last_prompt is not None and self._last_prompt[0] == key:  # the warm-up rendered it already
-            return Prompt(list(self._last_prompt[1].ids), self._last_prompt[1].healed)  # a copy: callers may extend it
+        if (rendered := self.prompt_cache.rendered(key)) is not None:  # the warm-up rendered it already
+            return Prompt(list(rendered.ids), rendered.healed)  # a copy: callers may extend it
         bos = self.tokenizer.bos_token_id if getattr(self.tokenizer, "add_bos_token", False) else None
         heal_fn = (lambda text, ids: back_up(ids, self.token_bytes, last_word_chars(self.tokenizer, text))) \
             if heal else None
@@ -168,7 +167,7 @@ class LocalEngine:
         if not prompt.ids:  # an empty file with a plain-prefix model: start from a document boundary
             start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else min(self.eos_ids)
             prompt = Prompt([start], prompt.healed)
-        self._last_prompt = (key, prompt)
+        self.prompt_cache.remember_rendered(key, prompt)
         return prompt
 
     def prompt_ids(self, prefix: str, suffix: str = "") -> list[int]:

@@ -16,7 +16,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
 
 from .fim import PLAIN, detect_template
 from .protocol import (

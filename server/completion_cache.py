@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .caching import LRU, content_hash
+from .requests import rest_after
 
 SIZE = 250
 LOOK_BACK = 128
@@ -63,11 +64,11 @@ class CompletionCache:
             if entry is None:
                 continue
             text, source = entry
-            typed = before[cut:]
-            if text.startswith(typed) and len(text) > len(typed):
+            rest = rest_after(text, before[cut:])
+            if rest is not None:
                 self.hits += 1
                 self.prefetch_hits += source == "prefetch"
-                return Hit(text[len(typed):], source)
+                return Hit(rest, source)
         return None
 
     def has_document(self, uri: str) -> bool:

@@ -1,9 +1,12 @@
-"""The pygls language server: handlers only, each a few lines that call documents, config, suggest."""
+"""The language server: handlers only, each a few lines that call documents, config, suggest.
+
+The wire (JSON-RPC, framing) is rpc.py's and framing.py's; this module speaks LSP's methods."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 import logging
 import os
 import resource
@@ -14,15 +17,13 @@ from pathlib import Path
 
 from lsprotocol import types
 from memosight.engine.protocol import Engine
-from pygls.exceptions import JsonRpcInvalidParams
-from pygls.io_ import StdoutWriter
-from pygls.lsp.server import LanguageServer
 
 from . import __version__
 from .config import ConfigError, ConfigSources, Settings, validate
 from .context.workspace import WorkspaceIndex
 from .documents import Document, DocumentStore, Position, file_path, text_digest
-from .rpc import MemoSightProtocol, serve, stdin_reader
+from .framing import FrameWriter, stdin_reader
+from .rpc import INVALID_PARAMS, Connection, RequestError, current_request_id, serve
 from .suggest import Suggester, Suggestion
 
 log = logging.getLogger(__name__)
@@ -36,19 +37,29 @@ PARTIAL_METHOD = "memosight/partialCompletion"
 ACCEPTED_COMMAND = "memosight.accepted"
 CONFIG_SECTION = "memosight"
 POPUPS_PER_MINUTE = 5  # more in a minute go to the log only: a misbehaving client cannot flood the user
+CAPABILITIES = types.ServerCapabilities(
+    position_encoding=types.PositionEncodingKind.Utf16,
+    text_document_sync=types.TextDocumentSyncOptions(open_close=True, change=types.TextDocumentSyncKind.Incremental,
+                                                     save=True),
+    inline_completion_provider=types.InlineCompletionOptions(),
+    completion_provider=types.CompletionOptions(trigger_characters=[".", "(", " "]),
+    execute_command_provider=types.ExecuteCommandOptions(commands=[ACCEPTED_COMMAND]),
+    workspace=types.WorkspaceOptions(workspace_folders=types.WorkspaceFoldersServerCapabilities(
+        supported=True, change_notifications=True)))
 
 
-class MemoSightServer(LanguageServer):
+class MemoSightServer:
     def __init__(self, load_engine: Callable[[Settings], Engine] | None = None):
-        super().__init__("memosight", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
-                         protocol_cls=MemoSightProtocol)
-        self.protocol.custom_notifications = frozenset({VISITED_METHOD})
+        self.connection = Connection()
+        self.connection.on_error = self.report_server_error
+        self.connection.on_dropped = self.report_dropped
+        self.client_capabilities = types.ClientCapabilities()  # the client's, from initialize
         self.documents = DocumentStore()
         self.config = ConfigSources()
         self.workspace_index: WorkspaceIndex | None = None  # set up at initialize, once the root is known
         self.suggester = Suggester(load_engine, open_documents=self.documents.recent,
                                    workspace=lambda: self.workspace_index)
-        self.protocol.on_answered = self.suggester.record_timeline  # where a request's milliseconds went
+        self.connection.on_answered = self.suggester.record_timeline  # where a request's milliseconds went
         # a backend that fails, said as soon as the engine knows (the suggester says it once an hour)
         self.suggester.messages.say = lambda message: self.report(f"MemoSight: {message}", types.MessageType.Error,
                                                          again=True)
@@ -74,34 +85,41 @@ class MemoSightServer(LanguageServer):
             self._reported.clear()
         self._reported.add(message)
         self._popup_times.append(now)
-        self.window_show_message(types.ShowMessageParams(type=kind, message=message))
+        self.connection.notify(types.WINDOW_SHOW_MESSAGE, types.ShowMessageParams(type=kind, message=message))
 
-    def report_server_error(self, error: Exception, source) -> None:
-        """pygls's errors outside a request: logged, and shown like the server's own messages."""
-        log.error("server error (%s): %s", getattr(source, "__name__", source), error)
-        self.report(f"MemoSight: internal error ({error}); see the server log", types.MessageType.Error)
+    def report_server_error(self, error: Exception, method: str) -> None:
+        """A notification's handler failed: logged (rpc.py), and shown like the server's own messages."""
+        self.report(f"MemoSight: internal error in {method} ({error}); see the server log", types.MessageType.Error)
+
+    def report_dropped(self, method: str, reason: str) -> None:
+        self.report(f"MemoSight: a {method} message from the editor was malformed and ignored "
+                    f"({reason[:200]}). If this repeats, reload the window.")
 
     def start_io(self, stdin=None, stdout=None) -> None:
-        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        self.connection.set_writer(FrameWriter(stdout or sys.stdout.buffer))
+        reader = ThreadPoolExecutor(1, thread_name_prefix="stdin")  # reads block: off the event loop
         try:
-            asyncio.run(serve(stdin_reader(stdin or sys.stdin.buffer, self.thread_pool), self.protocol))
+            asyncio.run(serve(stdin_reader(stdin or sys.stdin.buffer, reader), self.connection))
         except BrokenPipeError:
             log.error("the connection to the client is lost; shutting down")
         except (KeyboardInterrupt, SystemExit):
             pass
         finally:
-            self.shutdown()
+            reader.shutdown(wait=False, cancel_futures=True)
 
     def start_tcp(self, host: str, port: int) -> None:
         async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self.protocol.set_writer(writer)
-            await serve(reader.read, self.protocol)
-            self.shutdown()
+            self.connection.set_writer(FrameWriter(writer))
+            await serve(reader.read, self.connection)
+            listener.close()
 
         async def listen() -> None:
-            self._server = await asyncio.start_server(connection, host, port)
-            async with self._server:
-                await self._server.serve_forever()
+            nonlocal listener
+            listener = await asyncio.start_server(connection, host, port)
+            async with listener:
+                await listener.serve_forever()
+
+        listener = None
 
         try:
             asyncio.run(listen())
@@ -137,7 +155,7 @@ class MemoSightServer(LanguageServer):
     def document(self, uri: str) -> Document:
         doc = self.documents.get(uri)
         if doc is None:
-            raise JsonRpcInvalidParams(f"document {uri} is not open: send textDocument/didOpen first")
+            raise RequestError(INVALID_PARAMS, f"document {uri} is not open: send textDocument/didOpen first")
         return doc
 
 
@@ -154,7 +172,7 @@ def _root_path(params: types.InitializeParams) -> Path | None:
 
 
 def _field(params, name: str):
-    """A field of a custom method's params: pygls hands them over as an object, or a dict."""
+    """A field of a custom method's params (they come as the client sent them: a dict, or anything)."""
     return params.get(name) if isinstance(params, dict) else getattr(params, name, None)
 
 
@@ -167,8 +185,9 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
     the in-process engine; tests pass a test double)."""
     ls = MemoSightServer(load_engine)
 
-    @ls.feature(types.INITIALIZE)
-    def initialize(ls: MemoSightServer, params: types.InitializeParams) -> None:
+    @ls.connection.request(types.INITIALIZE)
+    def initialize(params: types.InitializeParams) -> types.InitializeResult:
+        ls.client_capabilities = params.capabilities
         ls.config.root = _root_path(params)
         if ls.config.root is not None and ls.config.root.is_dir():
             ls.workspace_index = WorkspaceIndex(ls.config.root)
@@ -179,14 +198,15 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
             ls.config.init_values, errors = validate(_section(options), "initializationOptions")
             ls.report_config_errors(errors)
         ls.apply_settings()
+        return types.InitializeResult(capabilities=CAPABILITIES, server_info=types.ServerInfo("memosight", __version__))
 
-    @ls.feature(types.INITIALIZED)
-    async def initialized(ls: MemoSightServer, params: types.InitializedParams) -> None:
+    @ls.connection.notification(types.INITIALIZED)
+    async def initialized(params: types.InitializedParams) -> None:
         await _watch_files(ls)
         await _pull_client_configuration(ls)
 
-    @ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    async def did_change_configuration(ls: MemoSightServer, params: types.DidChangeConfigurationParams) -> None:
+    @ls.connection.notification(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(params: types.DidChangeConfigurationParams) -> None:
         if params.settings and isinstance(params.settings, dict) and CONFIG_SECTION in params.settings:
             ls.config.client_values, errors = validate(params.settings[CONFIG_SECTION], "editor settings")
             ls.report_config_errors(errors)
@@ -194,14 +214,14 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
         else:
             await _pull_client_configuration(ls)
 
-    @ls.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
-    def did_change_watched_files(ls: MemoSightServer, params: types.DidChangeWatchedFilesParams) -> None:
+    @ls.connection.notification(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def did_change_watched_files(params: types.DidChangeWatchedFilesParams) -> None:
         ls.reload_config_file_if_changed()
         for change in params.changes:
             ls.reindex(change.uri)
 
-    @ls.feature(types.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(ls: MemoSightServer, params: types.DidOpenTextDocumentParams) -> None:
+    @ls.connection.notification(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(params: types.DidOpenTextDocumentParams) -> None:
         d = params.text_document
         if ls.documents.open(d.uri, d.text, d.language_id, d.version) is None:
             limit = ls.documents.MAX_OPEN_BYTES // 2**20
@@ -209,8 +229,8 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
                       f"{d.uri} they would pass the {limit} MB MemoSight keeps for them. It gets no completions "
                       f"until other files are closed and it is opened again.")
 
-    @ls.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-    def did_change(ls: MemoSightServer, params: types.DidChangeTextDocumentParams) -> None:
+    @ls.connection.notification(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(params: types.DidChangeTextDocumentParams) -> None:
         doc = ls.documents.get(params.text_document.uri)
         if doc is None:
             log.warning("didChange for %s, which is not open; ignored", params.text_document.uri)
@@ -226,18 +246,18 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
         if edit is not None:  # the cursor is most likely where the last edit ended
             ls.suggester.warm(doc, edit.new_end, ls.settings)
 
-    @ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)
-    def did_close(ls: MemoSightServer, params: types.DidCloseTextDocumentParams) -> None:
+    @ls.connection.notification(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(params: types.DidCloseTextDocumentParams) -> None:
         ls.documents.close(params.text_document.uri)
         ls.suggester.forget(params.text_document.uri)
         ls.reindex(params.text_document.uri)  # it may have been saved with new definitions
 
-    @ls.feature(types.TEXT_DOCUMENT_DID_SAVE)
-    def did_save(ls: MemoSightServer, params: types.DidSaveTextDocumentParams) -> None:
+    @ls.connection.notification(types.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(params: types.DidSaveTextDocumentParams) -> None:
         ls.reindex(params.text_document.uri)
 
-    @ls.feature(VISITED_METHOD)
-    def visited(ls: MemoSightServer, params) -> None:
+    @ls.connection.notification(VISITED_METHOD)
+    def visited(params) -> None:
         uri, line = _field(_field(params, "textDocument"), "uri"), _field(params, "line")
         if not isinstance(uri, str) or not isinstance(line, int) or isinstance(line, bool) or line < 0:
             log.warning("%s: expected {\"textDocument\": {\"uri\": ...}, \"line\": N >= 0}, got %r; ignored",
@@ -251,8 +271,8 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
         elif not ls.documents.visit(uri, line):
             log.info("%s for %s, which is not open; ignored", VISITED_METHOD, uri)
 
-    @ls.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
-    async def inline_completion(ls: MemoSightServer, params: types.InlineCompletionParams):
+    @ls.connection.request(types.TEXT_DOCUMENT_INLINE_COMPLETION)
+    async def inline_completion(params: types.InlineCompletionParams):
         suggestion, doc = await _suggest(ls, params.text_document.uri, params.position)
         if suggestion is None:
             return types.InlineCompletionList(items=[])
@@ -263,15 +283,15 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
             command=types.Command(title="Accept", command=ACCEPTED_COMMAND, arguments=[len(suggestion.text)]))
         return types.InlineCompletionList(items=[item])
 
-    @ls.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[".", "(", " "]))
-    async def completion(ls: MemoSightServer, params: types.CompletionParams):
+    @ls.connection.request(types.TEXT_DOCUMENT_COMPLETION)
+    async def completion(params: types.CompletionParams):
         suggestion, doc = await _suggest(ls, params.text_document.uri, params.position)
         if suggestion is None:
             return types.CompletionList(is_incomplete=True, items=[])
         return types.CompletionList(is_incomplete=True, items=[_completion_item(doc, suggestion)])
 
-    @ls.feature(STATUS_METHOD)
-    def status(ls: MemoSightServer, params) -> dict:
+    @ls.connection.request(STATUS_METHOD)
+    def status(params) -> dict:
         out = ls.suggester.status(ls.settings)
         # {"recent": true}: the last requests' timelines too (bench replay --breakdown)
         recent = _field(params, "recent")
@@ -287,21 +307,25 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
             out["digests"] = {d.uri: text_digest(d.text) for d in ls.documents.all()}
         return out
 
-    @ls.command(ACCEPTED_COMMAND)
-    def accepted(ls: MemoSightServer, *args) -> None:
-        chars = args[0] if args and isinstance(args[0], int) else 0
-        ls.suggester.record_accepted(chars)
+    @ls.connection.request(types.WORKSPACE_EXECUTE_COMMAND)
+    def execute_command(params: types.ExecuteCommandParams) -> None:
+        if params.command != ACCEPTED_COMMAND:
+            raise RequestError(INVALID_PARAMS, f"unknown command {params.command!r}; MemoSight has {ACCEPTED_COMMAND}")
+        args = params.arguments or []  # the client says how many characters were taken
+        ls.suggester.record_accepted(args[0] if args and isinstance(args[0], int) and not isinstance(args[0], bool)
+                                     else 0)
 
-    @ls.feature(types.SHUTDOWN)
-    def shutdown(ls: MemoSightServer, *args) -> None:
+    @ls.connection.request(types.SHUTDOWN)
+    def shutdown(params) -> None:
+        ls.connection.shutting_down = True  # every later request is refused; exit ends the process
         ls.suggester.shutdown()
 
-    @ls.feature(types.EXIT)
-    def exit_now(ls: MemoSightServer, *args) -> None:
+    @ls.connection.notification(types.EXIT)
+    def exit_now(params) -> None:
         # Leave at once: interpreter teardown with a loaded model takes seconds, and clients
         # (vscode-languageclient waits 2 s) kill a server that lingers after `exit`.
         logging.shutdown()
-        os._exit(0 if ls.protocol._shutdown else 1)
+        os._exit(0 if ls.connection.shutting_down else 1)
 
     return ls
 
@@ -329,8 +353,9 @@ async def _watch_files(ls: MemoSightServer) -> None:
     options = types.DidChangeWatchedFilesRegistrationOptions(
         watchers=[types.FileSystemWatcher(glob_pattern=glob) for glob in globs])
     try:
-        await ls.client_register_capability_async(types.RegistrationParams(registrations=[types.Registration(
-            id=WATCH_REGISTRATION, method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES, register_options=options)]))
+        await ls.connection.send_request(types.CLIENT_REGISTER_CAPABILITY, types.RegistrationParams(registrations=[
+            types.Registration(id=WATCH_REGISTRATION, method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                               register_options=options)]))
     except Exception as exc:  # a client that refuses must not stop the server
         log.warning("registering file watchers failed: %s", exc)
 
@@ -340,7 +365,8 @@ async def _pull_client_configuration(ls: MemoSightServer) -> None:
     if not (caps and caps.configuration):
         return
     try:
-        result = await ls.workspace_configuration_async(
+        result = await ls.connection.send_request(
+            types.WORKSPACE_CONFIGURATION,
             types.ConfigurationParams(items=[types.ConfigurationItem(section=CONFIG_SECTION)]))
     except Exception as exc:  # a client that fails the request must not stop the server
         log.warning("workspace/configuration failed: %s", exc)
@@ -353,8 +379,8 @@ async def _pull_client_configuration(ls: MemoSightServer) -> None:
 
 
 async def _suggest(ls: MemoSightServer, uri: str, position: types.Position) -> tuple[Suggestion | None, Document]:
-    request_id = ls.protocol.msg_id
-    timeline = ls.protocol.timeline_for(request_id)  # ended when the answer is written (rpc.py)
+    request_id = current_request_id()
+    timeline = ls.connection.timeline_for(request_id)  # ended when the answer is written (rpc.py)
     doc = ls.document(uri)
     ls.reload_config_file_if_changed()
     settings = ls.settings
@@ -370,7 +396,7 @@ async def _suggest(ls: MemoSightServer, uri: str, position: types.Position) -> t
     cursor = doc.offset_at(_to_position(position))
 
     def on_partial(text: str) -> None:  # only for clients that asked for streaming (see wants_partials)
-        ls.protocol.notify(PARTIAL_METHOD, {"id": request_id, "uri": uri, "position": {"line": position.line,
+        ls.connection.notify(PARTIAL_METHOD, {"id": request_id, "uri": uri, "position": {"line": position.line,
                                                                     "character": position.character},
                                            "text": text})
 

@@ -72,6 +72,10 @@ class Job:
     superseded: bool = False
 
 
+# Typed into a suggestion: the one rule. Every path that asks "did the user type along what the
+# model wrote?" asks these two: the completion cache (typing through a finished completion), a
+# request joining a running generation, and a joined request's answer.
+
 def typed_into(before: str, after: str, doc_text: str, cursor: int) -> str | None:
     """The characters typed since a suggestion was made at (before|after), or None when the
     document changed in any other way (an edit elsewhere, a deletion, a cursor move)."""
@@ -80,6 +84,17 @@ def typed_into(before: str, after: str, doc_text: str, cursor: int) -> str | Non
     if not doc_text.endswith(after) or not doc_text.startswith(before):
         return None
     return doc_text[len(before):cursor]
+
+
+def rest_after(offered: str, typed: str, *, running: bool = False) -> str | None:
+    """What is left of the model's text `offered` once `typed` was typed along it; None when the
+    user typed off it, or all of it. `running`: `offered` is still being written, so typing ahead
+    of it is along it too while what it wrote so far agrees (the rest is "" until it catches up)."""
+    if offered.startswith(typed) and len(offered) > len(typed):
+        return offered[len(typed):]
+    if running and typed.startswith(offered):
+        return ""
+    return None
 
 
 @dataclass

@@ -30,7 +30,7 @@ from .context.workspace import WorkspaceIndex
 from .engine_choice import EngineHolder, load_engine_from_settings
 from .documents import Document
 from .mode import completion_mode, finished_lines, max_new_tokens, post_process
-from .requests import Answer, Counters, Generation, Job, Suggestion, Ticket, typed_into
+from .requests import Answer, Counters, Generation, Job, Suggestion, Ticket, rest_after, typed_into
 from .timeline import StageStats, Timeline
 from .user_messages import UserMessages
 
@@ -99,7 +99,8 @@ class Suggester:
             gen = old.generation
             typed = typed_into(gen.before, gen.after, doc.text, cursor)
             running = gen.future is not None and not gen.future.done() and not gen.cancel.is_set()
-            if running and gen.settings == settings and typed is not None and (gen.partial.startswith(typed) or typed.startswith(gen.partial)):
+            if running and gen.settings == settings and typed is not None \
+                    and rest_after(gen.partial, typed, running=True) is not None:
                 job = Job(doc.uri, gen)
                 self.counters.joined += 1
             else:
@@ -242,13 +243,9 @@ class Suggester:
     def _answer(self, suggestion: Suggestion | None, ticket: Ticket, started: float) -> Suggestion | None:
         text, cursor = ticket.seen.text, ticket.cursor
         if suggestion is not None and suggestion.offset != cursor:  # joined: drop what was typed since
-            typed = text[suggestion.offset:cursor]
-            if suggestion.text.startswith(typed) and len(suggestion.text) > len(typed):
-                suggestion = Suggestion(suggestion.text[len(typed):], cursor,
-                                        (time.perf_counter() - started) * 1000, suggestion.prompt_tokens,
-                                        suggestion.stop_reason)
-            else:
-                suggestion = None
+            rest = rest_after(suggestion.text, text[suggestion.offset:cursor])
+            suggestion = None if rest is None else Suggestion(
+                rest, cursor, (time.perf_counter() - started) * 1000, suggestion.prompt_tokens, suggestion.stop_reason)
         if suggestion is None or not suggestion.text:
             self.counters.empty += 1
             return None
@@ -266,8 +263,7 @@ class Suggester:
         # asyncio.wait does not cancel what it waits on: a cancelled request leaves the shared run alone
         done, _ = await asyncio.wait({full, early}, return_when=asyncio.FIRST_COMPLETED)
         if full not in done and not early.cancelled() and (first := early.result()) is not None:
-            typed = text[first.offset:cursor]
-            if first.text.startswith(typed) and len(first.text) > len(typed):
+            if rest_after(first.text, text[first.offset:cursor]) is not None:
                 timeline.kind = "first_line"
                 self.counters.first_lines += 1
                 return first

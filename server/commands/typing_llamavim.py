@@ -47,7 +47,7 @@ import re
 import time
 
 from .loopback_http import post_json
-from .llamavim_ring import Ring, chunk_sim  # noqa: F401 - chunk_sim: llama.vim's, named here too
+from .llamavim_ring import Ring
 from .typing_lsp import process_cpu_seconds
 from .typing_system import SystemStats
 

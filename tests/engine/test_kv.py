@@ -118,3 +118,13 @@ def test_new_cache_uses_growable_layers_for_full_attention(tiny_model_dir):
     cache = kv.new_cache(engine.model)
     assert all(isinstance(layer, kv.GrowableLayer) for layer in cache.layers)
     assert kv.supports_reuse(engine.model)
+
+
+def test_the_prompt_cache_keeps_the_last_rendered_prompt_under_its_text_across_clear():
+    cache = kv.PromptCache()
+    key = ("def f(", ")\n", True, True)
+    cache.remember_rendered(key, [1, 2, 3])
+    assert cache.rendered(key) == [1, 2, 3]
+    assert cache.rendered(("def g(", ")\n", True, True)) is None  # other text: rendered anew
+    cache.clear()  # model state goes; how a text renders does not change with it
+    assert cache.rendered(key) == [1, 2, 3]

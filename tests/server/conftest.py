@@ -121,17 +121,18 @@ async def in_process_session(root: Path, engine=None, init_options: dict | None 
     """The real MemoSight language server, in this process and event loop, with `engine` (a
     ScriptedEngine by default); yields pytest-lsp's client, initialized, with `.server` and `.engine`."""
     from memosight.server.lsp import create_server
+    from memosight.server.framing import FrameWriter
     from memosight.server.rpc import serve
 
     engine = engine if engine is not None else ScriptedEngine()
     server = create_server(load_engine=lambda settings: engine)
     to_server, to_client = _Pipe(), _Pipe()
     client = make_test_lsp_client()
-    server.protocol.set_writer(to_client)
+    server.connection.set_writer(FrameWriter(to_client))
     client.protocol.set_writer(to_server)
     server_stop, client_stop = threading.Event(), threading.Event()
     log = logging.getLogger("in-process-lsp")
-    tasks = [asyncio.ensure_future(serve(to_server.reader.read, server.protocol, server_stop)),
+    tasks = [asyncio.ensure_future(serve(to_server.reader.read, server.connection, server_stop)),
              asyncio.ensure_future(run_async(client_stop, to_client.reader, client.protocol, log))]
     if client_settings is not None:
         client.set_configuration({"memosight": client_settings})
@@ -161,12 +162,13 @@ class RawClient:
     the real server in this process. `answers` counts the responses per id."""
 
     def __init__(self, server, max_body: int | None = None) -> None:
-        from memosight.server.rpc import MAX_MESSAGE_BYTES, Framer, serve
+        from memosight.server.framing import MAX_MESSAGE_BYTES, Framer, FrameWriter
+        from memosight.server.rpc import serve
 
         self.server = server
         self.to_server, self.from_server = asyncio.StreamReader(), asyncio.StreamReader()
-        server.protocol.set_writer(self)
-        self.task = asyncio.ensure_future(serve(self.to_server.read, server.protocol,
+        server.connection.set_writer(FrameWriter(self))
+        self.task = asyncio.ensure_future(serve(self.to_server.read, server.connection,
                                                 max_body=max_body or MAX_MESSAGE_BYTES))
         self.framer = Framer(self.from_server.read)
         self.received: list[dict] = []

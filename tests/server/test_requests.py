@@ -1,5 +1,5 @@
 from memosight.server.documents import Document
-from memosight.server.requests import Ticket, typed_into
+from memosight.server.requests import Ticket, rest_after, typed_into
 
 
 def test_typed_into_is_what_was_typed_at_the_cursor_since_the_suggestion_was_made():
@@ -23,3 +23,17 @@ def test_a_ticket_goes_stale_when_an_edit_arrives():
     doc.apply_change("2", doc.position_at(4), doc.position_at(5))
     doc.version = 2
     assert ticket.stale() and ticket.seen.text == "x = 1\n"
+
+
+def test_rest_after_is_what_is_left_of_the_text_typed_along():
+    assert rest_after("return x\n", "ret") == "urn x\n"
+    assert rest_after("return x\n", "") == "return x\n"
+    assert rest_after("return x\n", "rex") is None  # typed off it
+    assert rest_after("return x\n", "return x\n") is None  # typed all of it: nothing to show
+
+
+def test_rest_after_a_running_text_takes_typing_ahead_of_it_while_it_agrees():
+    assert rest_after("ret", "return", running=True) == ""  # the run has not caught up yet
+    assert rest_after("ret", "return") is None  # a finished text is over
+    assert rest_after("rex", "return", running=True) is None  # it wrote something else
+    assert rest_after("return", "ret", running=True) == "urn"

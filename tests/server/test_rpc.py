@@ -7,7 +7,7 @@ import asyncio
 import json
 
 import pytest
-from memosight.server.rpc import Framer, top_level_id
+from memosight.server.rpc import INVALID_PARAMS, Connection, RequestError, current_request_id
 
 POSITION = {"line": 0, "character": 3}
 
@@ -185,38 +185,16 @@ async def test_cancelled_requests_get_request_cancelled(tmp_path, raw_client, sc
     assert client.answers == {'"init"': 1, "4": 1}
 
 
-def test_top_level_id_reads_only_the_outer_object():
-    assert top_level_id(b'{"jsonrpc":"2.0","id":12,"method":"x","params":{"t":"') == 12
-    assert top_level_id(b'{"method":"x","params":{"id":3},"id":"a"}') == "a"
-    assert top_level_id(b'{"method":"$/cancelRequest","params":{"id":3}') is None
-    assert top_level_id(b'Content-Length: 5\r\n\r\n{"id":1}') is None
-    assert top_level_id(b'{"s":"\\"id\\":4","id":5}') == 5
-
-
-async def test_the_framer_reads_frames_split_anywhere():
-    bodies = [json.dumps({"n": i, "pad": "é" * i}).encode() for i in range(20)]
-    stream = b"".join(b"Content-Length: %d\r\nContent-Type: application/vscode-jsonrpc\r\n\r\n" % len(b) + b
-                      for b in bodies)
-    chunks = [stream[i:i + 7] for i in range(0, len(stream), 7)]
-
-    async def read(n: int) -> bytes:
-        return chunks.pop(0) if chunks else b""
-    framer = Framer(read)
-    assert [(await framer.next_body())[0] for _ in bodies] == bodies
-    with pytest.raises(EOFError):
-        await framer.next_body()
-
-
 async def test_notifications_leave_nothing_behind_in_the_protocol(tmp_path, raw_client):
     client = raw_client()
     uri = await opened(client, tmp_path)
-    for version in range(2, 302):  # pygls kept a future (and its params) per notification
+    for version in range(2, 302):  # nothing (a task, its params) may stay per notification
         client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
                                                  "contentChanges": [{"text": f"def f():\n    return {version}\n"}]})
     client.notify("workspace/didChangeConfiguration", {"settings": {"memosight": {"maxNewTokens": 4}}})
     assert "result" in await client.request(1, "textDocument/inlineCompletion", inline_params(uri=uri))
     assert "result" in await client.request(2, "memosight/status")  # what finished is dropped by then
-    assert len(client.server.protocol._request_futures) <= 2
+    assert client.server.connection.in_flight() == 0  # each handler dropped once it answered
 
 
 @pytest.mark.parametrize("error", [-1, 30])
@@ -228,3 +206,97 @@ async def test_a_wrong_content_length_costs_that_message_and_later_ones_are_read
     client.send({"jsonrpc": "2.0", "id": 2, "method": "memosight/status"})  # its header may be eaten too
     for msg_id in (3, 4, 5):
         assert "result" in await client.request(msg_id, "memosight/status")
+
+
+class Captured:
+    """A Connection's writer: the message bodies it sent, parsed."""
+
+    def __init__(self):
+        self.messages: list[dict] = []
+
+    def write(self, body: bytes) -> None:
+        self.messages.append(json.loads(body))
+
+    def answer(self, msg_id) -> dict:
+        [answer] = [m for m in self.messages if m.get("id") == msg_id and "method" not in m]
+        return answer
+
+
+def body(msg_id, method, params=None) -> bytes:
+    message = {"jsonrpc": "2.0", "method": method, **({"id": msg_id} if msg_id is not None else {})}
+    return json.dumps({**message, **({"params": params} if params is not None else {})}).encode()
+
+
+async def test_a_connection_answers_each_request_once_from_sync_async_failing_and_cancelled_handlers():
+    connection, out, failed = Connection(), Captured(), []
+    connection.set_writer(out)
+    connection.on_error = lambda exc, method: failed.append((method, str(exc)))
+    release = asyncio.Event()
+    connection.request("initialize")(lambda params: {"root": params.root_uri})  # typed by lsprotocol
+    connection.request("x/echo")(lambda params: params)  # our own method: the params as sent
+
+    @connection.request("x/whoami")
+    async def whoami(params):
+        await asyncio.sleep(0)
+        return current_request_id()  # the request's own id, across an await
+
+    @connection.request("x/refuse")
+    def refuse(params):
+        raise RequestError(INVALID_PARAMS, "not that")
+
+    @connection.request("x/crash")
+    async def crash(params):
+        raise RuntimeError("boom")
+
+    @connection.request("x/wait")
+    async def wait(params):
+        await release.wait()
+
+    @connection.notification("x/note")
+    async def note(params):
+        raise ValueError("bad note")
+
+    connection.receive(body(1, "initialize", {"processId": None, "rootUri": "file:///w", "capabilities": {}}))
+    for msg_id, method in [(2, "x/echo"), (3, "x/whoami"), (4, "x/refuse"), (5, "x/crash"), (6, "x/wait")]:
+        connection.receive(body(msg_id, method, {"n": msg_id}))
+    connection.receive(body(None, "x/note", {}))
+    connection.receive(body(None, "$/cancelRequest", {"id": 6}))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert out.answer(1)["result"] == {"root": "file:///w"}
+    assert out.answer(2)["result"] == {"n": 2}
+    assert out.answer(3)["result"] == 3
+    assert out.answer(4)["error"] == {"code": INVALID_PARAMS, "message": "not that"}
+    assert out.answer(5)["error"]["code"] == -32603 and "boom" in out.answer(5)["error"]["message"]
+    assert out.answer(6)["error"]["code"] == -32800
+    assert failed == [("x/note", "bad note")]
+    assert connection.in_flight() == 0
+
+
+async def test_a_connection_matches_the_client_s_answers_to_its_own_requests():
+    connection, out = Connection(), Captured()
+    connection.set_writer(out)
+    asked = connection.send_request("workspace/configuration", {"items": [{"section": "memosight"}]})
+    failing = connection.send_request("client/registerCapability", {"registrations": []})
+    first, second = out.messages
+    assert first["method"] == "workspace/configuration" and first["params"] == {"items": [{"section": "memosight"}]}
+    connection.receive(json.dumps({"jsonrpc": "2.0", "id": second["id"],
+                                   "error": {"code": -32601, "message": "no"}}).encode())
+    connection.receive(json.dumps({"jsonrpc": "2.0", "id": first["id"], "result": [{"model": "m"}]}).encode())
+    assert list(await asked) == [{"model": "m"}]
+    with pytest.raises(RequestError) as refused:
+        await failing
+    assert refused.value.code == -32601
+    connection.receive(json.dumps({"jsonrpc": "2.0", "id": first["id"], "result": []}).encode())  # again: ignored
+    assert len(out.messages) == 2  # nothing is sent back for a response
+
+
+async def test_execute_command_counts_what_was_accepted_and_refuses_other_commands(tmp_path, raw_client):
+    client = raw_client()
+    await opened(client, tmp_path)
+    assert (await client.request(1, "workspace/executeCommand", {"command": "memosight.accepted",
+                                                                 "arguments": [7]}))["result"] is None
+    refused = await client.request(2, "workspace/executeCommand", {"command": "other.thing"})
+    assert refused["error"]["code"] == -32602 and "memosight.accepted" in refused["error"]["message"]
+    requests = (await client.request(3, "memosight/status"))["result"]["requests"]
+    assert (requests["accepted"], requests["accepted_chars"]) == (1, 7)

@@ -16,4 +16,7 @@ def test_a_step_reads_every_layer_weight_and_the_kv_cache_but_one_row_of_an_unti
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     assert kv_bytes_per_token(model, 100, 4) == 2 * c.num_hidden_layers * heads * head_dim * 100 * 4
     f = floor(model, 100, plain_ms_per_token=1.0)
-    assert f["read_gb_per_s"] > 0 and f["floor_ms"] > 0 and abs(f["times_floor"] * f["floor_ms"] - 1.0) < 0.02
+    assert f["read_gb_per_s"] > 0 and f["floor_ms"] > 0
+    # times_floor is 1 ms over the floor; both figures are rounded (3 and 2 decimals), which bounds
+    # the product's error (a fast machine's floor of ~0.013 ms is off by up to 4% from rounding alone)
+    assert abs(f["times_floor"] * f["floor_ms"] - 1.0) <= 0.0005 * f["times_floor"] + 0.005 * f["floor_ms"] + 1e-9

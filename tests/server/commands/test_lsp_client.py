@@ -2,38 +2,23 @@
 
 import asyncio
 import sys
-import textwrap
 
 from memosight.server.commands.lsp_client import LspProcess
 
+from .stand_in_lsp import stand_in_server
+
 # A stand-in server: answers each request with its method and params, sends a notification and a
 # request of its own first, and dies on "die".
-ECHO_SERVER = textwrap.dedent('''
-    import json, sys
-    def send(payload):
-        body = json.dumps(payload).encode()
-        sys.stdout.buffer.write(b"Content-Length: %d\\r\\n\\r\\n" % len(body) + body)
-        sys.stdout.buffer.flush()
-    while True:
-        length = None
-        while True:
-            line = sys.stdin.buffer.readline()
-            if not line:
-                sys.exit(0)
-            if not line.strip():
-                break
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":")[1])
-        message = json.loads(sys.stdin.buffer.read(length))
-        if message.get("method") == "die":
-            sys.exit(1)
-        if "id" in message and "method" in message:
-            send({"jsonrpc": "2.0", "method": "note", "params": {"about": message["method"]}})
-            send({"jsonrpc": "2.0", "id": "srv-1", "method": "workspace/configuration", "params": {}})
-            if message["method"] == "fail":
-                send({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32602, "message": "bad params"}})
-            else:
-                send({"jsonrpc": "2.0", "id": message["id"], "result": [message["method"], message["params"]]})
+ECHO_SERVER = stand_in_server("", '''
+    if message.get("method") == "die":
+        sys.exit(1)
+    if "id" in message and "method" in message:
+        send({"jsonrpc": "2.0", "method": "note", "params": {"about": message["method"]}})
+        send({"jsonrpc": "2.0", "id": "srv-1", "method": "workspace/configuration", "params": {}})
+        if message["method"] == "fail":
+            send({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32602, "message": "bad params"}})
+        else:
+            send({"jsonrpc": "2.0", "id": message["id"], "result": [message["method"], message["params"]]})
 ''')
 
 
