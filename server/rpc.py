@@ -329,7 +329,8 @@ class Connection:
         self._writer = writer
 
     def _send(self, message: dict) -> None:
-        self._writer.write(json.dumps(message, separators=(",", ":")).encode())
+        # strict JSON: a NaN would be written as a bare NaN, which editors' JSON parsers reject
+        self._writer.write(json.dumps(message, separators=(",", ":"), allow_nan=False).encode())
 
     def notify(self, method: str, params: Any = None) -> None:
         message = {"jsonrpc": "2.0", "method": method}
@@ -349,7 +350,11 @@ class Connection:
         return future
 
     def _answer(self, msg_id: Any, result: Any) -> None:
-        self._reply(msg_id, {"jsonrpc": "2.0", "id": msg_id, "result": self.converter.unstructure(result)})
+        try:
+            self._reply(msg_id, {"jsonrpc": "2.0", "id": msg_id, "result": self.converter.unstructure(result)})
+        except (TypeError, ValueError) as exc:  # the result is not JSON: the request still gets its answer
+            log.error("the answer to %r is not JSON: %s", msg_id, exc)
+            self.reply_error(msg_id, INTERNAL_ERROR, f"Internal error: the result is not JSON ({exc})")
 
     def reply_error(self, msg_id: int | str | None, code: int, message: str) -> None:
         self._reply(msg_id, {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}})

@@ -201,7 +201,7 @@ def _variants(args, engine) -> tuple[dict[str, ContextCompressor], dict[str, flo
             elif key == "suffix_share":  # of the budget, after the cursor (--suffix-share for all)
                 shares[name] = float(value)
             elif key == "contiguous":  # the near prefix runs on above the cursor's function
-                contiguous = value not in ("0", "false", "")
+                contiguous = value.strip().lower() not in ("0", "false", "no", "off", "")
             elif key == "attention":  # the model's own attention as a region score: attention=WINDOW_TOKENS
                 if engine is None:
                     raise CommandError(f"--variant {spec!r}: attention needs a model (not --no-model)")

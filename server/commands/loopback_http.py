@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from urllib.parse import urlsplit
 
 
@@ -27,7 +28,8 @@ async def post_json(url: str, body: dict, headers: dict) -> tuple[str, bool]:
     finally:
         writer.close()
     header, _, payload = raw.partition(b"\r\n\r\n")
-    if b"transfer-encoding: chunked" in header.lower():
+    # "Transfer-Encoding: chunked" in any spacing and case, also after another coding ("gzip, chunked")
+    if re.search(rb"^transfer-encoding:[^\r\n]*\bchunked\b", header, re.IGNORECASE | re.MULTILINE):
         out, rest = b"", payload
         while rest:
             size, _, rest = rest.partition(b"\r\n")

@@ -17,7 +17,7 @@ def breakdown(client_ms: dict, recent: list[dict]) -> dict:
     for entry in recent:
         if entry.get("id") in client_ms:
             rows.append({"id": entry["id"], "client_ms": round(client_ms[entry["id"]], 3), "kind": entry["kind"],
-                         "server_ms": entry["total_ms"], "stages_ms": entry["stages_ms"], "steps": entry["steps"],
+                         "server_ms": entry["total_ms"], "stages_ms": dict(entry["stages_ms"]), "steps": entry["steps"],
                          "tokens": entry.get("tokens", 0), "stop_reason": entry.get("stop_reason", "")})
     if not rows:
         return {"requests": 0, "stages": {}, "rows": []}
@@ -89,10 +89,11 @@ def render_breakdown(b: dict) -> str:
     rows.append({"stage": "= server total", **b["server_ms"]})
     rows.append({"stage": "client measured", **b["client_ms"]})
     steps = b["decode_steps"]
+    share = b["server_share_of_client"]  # None when the client measured no time at all
     return "\n".join([
         f"breakdown of {b['requests']} answered requests ({', '.join(f'{k} {v}' for k, v in b['kinds'].items())}), ms:",
         table(rows, [("stage", "stage"), ("p50", "p50"), ("p95", "p95"), ("mean", "mean")]),
-        f"the server's stages account for {b['server_share_of_client']:.1%} of the client's latency (transport: "
+        f"the server's stages account for {'-' if share is None else f'{share:.1%}'} of the client's latency (transport: "
         "the rest)",
         f"tokens a request {b['tokens_per_request']}, decoding {b['decode_ms_per_token']} ms a token; stops "
         + ", ".join(f"{k} {v}" for k, v in b["stop_reasons"].items()),

@@ -27,5 +27,5 @@ class PackedContext:
             "prefix": self.prefix,
             "suffix": self.suffix,
             "prompt_tokens": self.prompt_tokens,
-            "regions": [r.__dict__ for r in self.regions],
+            "regions": [dict(r.__dict__) for r in self.regions],  # copies: the JSON is the caller's to change
         }

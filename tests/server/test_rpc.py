@@ -234,6 +234,7 @@ async def test_a_connection_answers_each_request_once_from_sync_async_failing_an
     release = asyncio.Event()
     connection.request("initialize")(lambda params: {"root": params.root_uri})  # typed by lsprotocol
     connection.request("x/echo")(lambda params: params)  # our own method: the params as sent
+    connection.request("x/nan")(lambda params: {"share": float("nan")})  # not JSON: still answered
 
     @connection.request("x/whoami")
     async def whoami(params):
@@ -257,7 +258,8 @@ async def test_a_connection_answers_each_request_once_from_sync_async_failing_an
         raise ValueError("bad note")
 
     connection.receive(body(1, "initialize", {"processId": None, "rootUri": "file:///w", "capabilities": {}}))
-    for msg_id, method in [(2, "x/echo"), (3, "x/whoami"), (4, "x/refuse"), (5, "x/crash"), (6, "x/wait")]:
+    for msg_id, method in [(2, "x/echo"), (3, "x/whoami"), (4, "x/refuse"), (5, "x/crash"), (6, "x/wait"),
+                           (7, "x/nan")]:
         connection.receive(body(msg_id, method, {"n": msg_id}))
     connection.receive(body(None, "x/note", {}))
     connection.receive(body(None, "$/cancelRequest", {"id": 6}))
@@ -269,6 +271,7 @@ async def test_a_connection_answers_each_request_once_from_sync_async_failing_an
     assert out.answer(4)["error"] == {"code": INVALID_PARAMS, "message": "not that"}
     assert out.answer(5)["error"]["code"] == -32603 and "boom" in out.answer(5)["error"]["message"]
     assert out.answer(6)["error"]["code"] == -32800
+    assert out.answer(7)["error"]["code"] == -32603 and "not JSON" in out.answer(7)["error"]["message"]
     assert failed == [("x/note", "bad note")]
     assert connection.in_flight() == 0
 

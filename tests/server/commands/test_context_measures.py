@@ -184,9 +184,11 @@ def test_the_next_line_is_its_loss_and_the_models_greedy_line_asked_cold(scripte
 
 def test_variants_set_weights_shares_and_contiguity_and_unknown_keys_are_named():
     args = argparse.Namespace(ablate=["docstrings"], variant=["wide:contiguous=0,near_prefix_share=0.5,used_body=2.5",
-                                                              "fim:suffix_share=0.4", "on:contiguous=1"])
+                                                              "fim:suffix_share=0.4", "on:contiguous=1",
+                                                              "off:contiguous=False", "no:contiguous=no"])
     compressors, shares = _variants(args, None)
-    assert list(compressors) == ["compressed", "compressed_no_docstrings", "wide", "fim", "on"]
+    assert list(compressors) == ["compressed", "compressed_no_docstrings", "wide", "fim", "on", "off", "no"]
+    assert compressors["off"].contiguous_near is False and compressors["no"].contiguous_near is False
     assert compressors["compressed"].weights is None  # the default weights
     assert compressors["compressed_no_docstrings"].weights == without(["docstrings"])
     wide = compressors["wide"]

@@ -65,6 +65,9 @@ async def test_a_chunked_body_is_joined_and_its_chunk_extensions_ignored():
     server, url, _ = await raw_server(reply("200 OK", chunked, "Transfer-Encoding: chunked"))
     async with server:
         assert await post_json(url + "/x", {}, {}) == ("hello, world", True)
+    server, url, _ = await raw_server(reply("200 OK", chunked, "transfer-encoding:chunked"))  # any spacing, case
+    async with server:
+        assert await post_json(url + "/x", {}, {}) == ("hello, world", True)
 
 
 async def test_an_error_status_still_gives_its_body_as_curl_silent_does():

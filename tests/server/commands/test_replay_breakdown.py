@@ -63,6 +63,14 @@ def test_no_generated_token_and_no_step_give_none_not_a_division_by_zero():
     assert b["stop_reasons"] == {} and b["server_share_of_client"] == round(2.0 / 3.0, 4)
 
 
+def test_the_caller_s_timings_are_left_as_they_were_and_no_client_time_renders_a_dash():
+    only = [{"id": "a", "kind": "typed", "total_ms": 2.0, "stages_ms": {"context": 2.0}, "steps": []}]
+    b = breakdown({"a": 0.0}, only)
+    assert only[0]["stages_ms"] == {"context": 2.0}  # transport is the breakdown's, not written back
+    assert b["server_share_of_client"] is None
+    assert "account for - of the client's latency" in render_breakdown(b)
+
+
 def test_nothing_matched_is_an_empty_breakdown_and_says_so():
     b = breakdown({5: 1.0}, recent())
     assert b == {"requests": 0, "stages": {}, "rows": []}

@@ -33,3 +33,9 @@ def test_each_context_gets_its_own_region_list():
     first, second = PackedContext("a", "", 1), PackedContext("b", "", 1)
     first.regions.append(Region("a.py", 1, 1, "code", 0.5))
     assert second.regions == [] and second.to_json()["regions"] == []
+
+
+def test_the_json_is_a_copy_the_caller_may_change():
+    context = PackedContext("p", "s", 1, [Region("a.py", 1, 2, "function", 0.5)])
+    context.to_json()["regions"][0]["kind"] = "changed"
+    assert context.regions[0].kind == "function"
