@@ -2,8 +2,8 @@
 
 Every message is read within bounds: header lines of MAX_HEADER_LINE bytes, bodies of
 MAX_MESSAGE_BYTES; a longer body is skipped without being held, and a lying Content-Length is
-recovered from at the next header. Frames are written whole under a lock, and the write blocks
-while the client does not read (backpressure: nothing piles up in the server).
+recovered from at the next header. Frames are written whole under a lock; on stdio the write
+blocks while the client does not read (backpressure: nothing piles up in the server).
 """
 
 from __future__ import annotations
@@ -150,8 +150,9 @@ def usable_id(value: Any) -> bool:
 
 
 class FrameWriter:
-    """Writes whole frames to a byte stream (stdout) or anything with write(bytes) (an asyncio
-    StreamWriter, a test pipe), from any thread."""
+    """Writes whole frames to a byte stream (stdout: from any thread, blocking while the client
+    does not read) or to anything with write(bytes) (an asyncio StreamWriter, on the event loop's
+    thread only; a test pipe)."""
 
     def __init__(self, stream) -> None:
         self._stream = stream
@@ -159,9 +160,13 @@ class FrameWriter:
         self._lock = threading.Lock()
 
     def write(self, body: bytes) -> None:
-        frame = b"Content-Length: %d\r\n\r\n" % len(body) + body
+        frame = memoryview(b"Content-Length: %d\r\n\r\n" % len(body) + body)
         with self._lock:
-            self._stream.write(frame)
+            while frame:
+                written = self._stream.write(frame)
+                if written is None:  # a buffered stream or a StreamWriter: it took it all
+                    break
+                frame = frame[written:]  # unbuffered stdout (python -u) may take part of it
             if self._flush is not None:
                 self._flush()
 

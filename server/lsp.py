@@ -43,9 +43,7 @@ CAPABILITIES = types.ServerCapabilities(
                                                      save=True),
     inline_completion_provider=types.InlineCompletionOptions(),
     completion_provider=types.CompletionOptions(trigger_characters=[".", "(", " "]),
-    execute_command_provider=types.ExecuteCommandOptions(commands=[ACCEPTED_COMMAND]),
-    workspace=types.WorkspaceOptions(workspace_folders=types.WorkspaceFoldersServerCapabilities(
-        supported=True, change_notifications=True)))
+    execute_command_provider=types.ExecuteCommandOptions(commands=[ACCEPTED_COMMAND]))
 
 
 class MemoSightServer:
@@ -106,12 +104,24 @@ class MemoSightServer:
             pass
         finally:
             reader.shutdown(wait=False, cancel_futures=True)
+            self.suggester.shutdown()  # the client is gone: a generation still running stops
 
     def start_tcp(self, host: str, port: int) -> None:
         async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal connected
+            if connected:  # one client, one session (as on stdio): a second would share its state
+                log.warning("refused a second connection; this server has a client")
+                writer.close()
+                return
+            connected = True
             self.connection.set_writer(FrameWriter(writer))
-            await serve(reader.read, self.connection)
-            listener.close()
+            try:
+                await serve(reader.read, self.connection)
+            except OSError as exc:  # a reset connection ends the session like a closed one
+                log.error("the connection to the client is lost (%s); shutting down", exc)
+            finally:
+                writer.close()
+                listener.close()
 
         async def listen() -> None:
             nonlocal listener
@@ -119,7 +129,7 @@ class MemoSightServer:
             async with listener:
                 await listener.serve_forever()
 
-        listener = None
+        listener, connected = None, False
 
         try:
             asyncio.run(listen())

@@ -60,6 +60,11 @@ class RequestError(Exception):
         self.code = code
 
 
+def _encode(message: dict) -> bytes:
+    # strict JSON: a NaN would be written as a bare NaN, which editors' JSON parsers reject
+    return json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+
+
 def _no_constants(name: str):
     raise ValueError(f"{name} is not JSON")
 
@@ -98,6 +103,7 @@ class Connection:
         self.on_error: Callable[[Exception, str], None] | None = None
         self.on_dropped: Callable[[str, str], None] | None = None  # (method, why) of a malformed notification
         self._writer = None
+        self.closed = False  # the client is gone: nothing more is written or read
         self._running: dict[Any, asyncio.Task] = {}  # request id -> its handler's task, until answered
         self._background: set[asyncio.Task] = set()  # async notification handlers, held until done
         self._waiting: dict[Any, tuple[asyncio.Future, type | None]] = {}  # our requests to the client
@@ -124,8 +130,9 @@ class Connection:
         return register
 
     def in_flight(self) -> int:
-        """Handlers still running or waiting to be dropped (what the connection holds)."""
-        return len(self._running) + len(self._background)
+        """Handlers still running, and our requests still waiting for the client (what the
+        connection holds)."""
+        return len(self._running) + len(self._background) + len(self._waiting)
 
     # --- reading ----------------------------------------------------------------------------------
 
@@ -147,7 +154,11 @@ class Connection:
 
     def refuse_oversized(self, head: bytes, length: int) -> None:
         msg_id = top_level_id(head)
-        if msg_id is not None:
+        if msg_id in self._waiting:  # the client's answer to our request: fail it, answer nothing
+            future, _ = self._waiting.pop(msg_id)
+            if not future.done():
+                future.set_exception(RequestError(INVALID_REQUEST, f"the answer was {length} bytes, over the limit"))
+        elif msg_id is not None:
             self.reply_error(msg_id, INVALID_REQUEST, f"Invalid request: the message is {length} bytes, over "
                                                       f"the {MAX_MESSAGE_BYTES} byte limit; it was skipped")
 
@@ -193,8 +204,8 @@ class Connection:
             if len(self.received_at) > 1000:  # stamps of requests whose handler never asked for them
                 self.received_at.clear()
             self.received_at[msg_id] = self._reading
-        self._run_request(msg_id, method, params)
-        if method == types.INITIALIZE:
+        answered = self._run_request(msg_id, method, params)
+        if method == types.INITIALIZE and answered:  # a failed one may be sent again
             self.initialized = True
 
     def _refusal(self, msg_id: Any, method: str, params: Any) -> tuple[int, str] | None:
@@ -214,20 +225,22 @@ class Connection:
             return INVALID_PARAMS, "Invalid params: params must be an object or an array"
         return None
 
-    def _run_request(self, msg_id: Any, method: str, params: Any) -> None:
+    def _run_request(self, msg_id: Any, method: str, params: Any) -> bool:
+        """Runs the handler; False when it failed at once (answered with an error)."""
         context = contextvars.copy_context()
         context.run(_request_id.set, msg_id)
         try:
             result = context.run(self.requests[method], params)
         except Exception as exc:  # noqa: BLE001 - answered as an error; the server goes on
             self._answer_failure(msg_id, method, exc)
-            return
+            return False
         if not inspect.isawaitable(result):
             self._answer(msg_id, result)
-            return
+            return True
         task = asyncio.get_running_loop().create_task(result, context=context)
         self._running[msg_id] = task
         task.add_done_callback(lambda done: self._answer_task(msg_id, method, done))
+        return True
 
     def _answer_task(self, msg_id: Any, method: str, task: asyncio.Task) -> None:
         if self._running.get(msg_id) is task:
@@ -287,7 +300,10 @@ class Connection:
     def _failed(self, exc: BaseException, method: str) -> None:
         log.error("handling %s failed", method, exc_info=exc)
         if self.on_error is not None:
-            self.on_error(exc, method)
+            try:
+                self.on_error(exc, method)
+            except Exception:  # noqa: BLE001 - telling the user failed too: the log has it
+                log.exception("reporting the failure of %s failed", method)
 
     def _cancel(self, params: Any) -> None:
         """$/cancelRequest: the request's handler is cancelled, which answers it with -32800. A
@@ -329,8 +345,18 @@ class Connection:
         self._writer = writer
 
     def _send(self, message: dict) -> None:
-        # strict JSON: a NaN would be written as a bare NaN, which editors' JSON parsers reject
-        self._writer.write(json.dumps(message, separators=(",", ":"), allow_nan=False).encode())
+        self._write(_encode(message))
+
+    def _write(self, body: bytes) -> None:
+        """One frame to the client. A connection that is gone is marked closed (serve() stops
+        reading) instead of failing whichever handler wrote last."""
+        if self.closed:
+            return
+        try:
+            self._writer.write(body)
+        except OSError as exc:  # BrokenPipeError, ConnectionResetError: the client is gone
+            log.error("the connection to the client is lost (%s); shutting down", exc)
+            self.closed = True
 
     def notify(self, method: str, params: Any = None) -> None:
         message = {"jsonrpc": "2.0", "method": method}
@@ -343,6 +369,7 @@ class Connection:
         msg_id = f"memosight-{next(self._ids)}"
         future = asyncio.get_running_loop().create_future()
         self._waiting[msg_id] = (future, _lsp_types(method)[1])
+        future.add_done_callback(lambda _: self._waiting.pop(msg_id, None))  # answered, or given up on
         message = {"jsonrpc": "2.0", "id": msg_id, "method": method}
         if params is not None:
             message["params"] = self.converter.unstructure(params)
@@ -351,25 +378,33 @@ class Connection:
 
     def _answer(self, msg_id: Any, result: Any) -> None:
         try:
-            self._reply(msg_id, {"jsonrpc": "2.0", "id": msg_id, "result": self.converter.unstructure(result)})
+            body = _encode({"jsonrpc": "2.0", "id": msg_id, "result": self.converter.unstructure(result)})
         except (TypeError, ValueError) as exc:  # the result is not JSON: the request still gets its answer
             log.error("the answer to %r is not JSON: %s", msg_id, exc)
             self.reply_error(msg_id, INTERNAL_ERROR, f"Internal error: the result is not JSON ({exc})")
+            return
+        self._reply(msg_id, body, error_code=None)
 
     def reply_error(self, msg_id: int | str | None, code: int, message: str) -> None:
-        self._reply(msg_id, {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}})
+        self._reply(msg_id, _encode({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}),
+                    error_code=code)
 
-    def _reply(self, msg_id: Any, message: dict) -> None:
+    def _reply(self, msg_id: Any, body: bytes, error_code: int | None) -> None:
+        """Writes the one answer to `msg_id`, then ends its timeline (if it has one)."""
+        self.received_at.pop(msg_id, None)  # a request answered before its handler asked for its stamp
         timeline = self.timelines.pop(msg_id, None) if msg_id is not None else None
         if timeline is not None:
             timeline.mark("resume")  # the event loop, from the handler's end to here
-        self._send(message)
-        if timeline is not None:
-            timeline.mark("reply")
-            if "error" in message:
-                timeline.kind = "cancelled" if message["error"]["code"] == REQUEST_CANCELLED else "error"
-            if self.on_answered is not None:
-                self.on_answered(timeline, msg_id)
+        self._write(body)
+        if timeline is None or self.on_answered is None:
+            return
+        timeline.mark("reply")
+        if error_code is not None:
+            timeline.kind = "cancelled" if error_code == REQUEST_CANCELLED else "error"
+        try:
+            self.on_answered(timeline, msg_id)
+        except Exception:  # noqa: BLE001 - the figures are the server's; the answer is out already
+            log.exception("recording the timeline of %r failed", msg_id)
 
     # --- timing: where a completion request's milliseconds go (timeline.py) ----------------------
 
@@ -386,7 +421,7 @@ async def serve(read: Callable[[int], Awaitable[bytes]], connection: Connection,
                 stop: threading.Event | None = None, max_body: int = MAX_MESSAGE_BYTES) -> None:
     """Read and handle messages until the stream ends (or `stop` is set)."""
     framer = Framer(read, max_body)
-    while stop is None or not stop.is_set():
+    while (stop is None or not stop.is_set()) and not connection.closed:
         try:
             body, head = await framer.next_body()
         except EOFError:

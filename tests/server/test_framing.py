@@ -59,3 +59,17 @@ async def test_frames_written_from_many_threads_arrive_whole_and_read_back():
     framer = Framer(read)
     assert {(await framer.next_body())[0] for _ in bodies} == bodies
     assert sink.flushes == 100  # each frame flushed: stdout must not hold an answer back
+
+
+def test_a_stream_that_takes_part_of_a_frame_gets_the_rest():
+    class Unbuffered:  # stdout under python -u: a raw file whose write() may take fewer bytes
+        def __init__(self):
+            self.data = bytearray()
+
+        def write(self, data) -> int:
+            taken = bytes(data[:5])
+            self.data += taken
+            return len(taken)
+    stream = Unbuffered()
+    FrameWriter(stream).write(b'{"id":1}')
+    assert bytes(stream.data) == b'Content-Length: 8\r\n\r\n{"id":1}'

@@ -7,7 +7,7 @@ import asyncio
 import json
 
 import pytest
-from memosight.server.rpc import INVALID_PARAMS, Connection, RequestError, current_request_id
+from memosight.server.rpc import INVALID_PARAMS, Connection, RequestError, current_request_id, serve
 
 POSITION = {"line": 0, "character": 3}
 
@@ -273,7 +273,95 @@ async def test_a_connection_answers_each_request_once_from_sync_async_failing_an
     assert out.answer(6)["error"]["code"] == -32800
     assert out.answer(7)["error"]["code"] == -32603 and "not JSON" in out.answer(7)["error"]["message"]
     assert failed == [("x/note", "bad note")]
+    assert len(out.messages) == 7  # one answer per request, none for the notification or the cancel
     assert connection.in_flight() == 0
+
+
+async def test_a_request_is_answered_once_even_when_recording_its_timeline_fails():
+    connection, out = Connection(), Captured()
+    connection.set_writer(out)
+    connection.on_answered = lambda timeline, msg_id: 1 / 0
+    connection.request("initialize")(lambda params: None)
+
+    @connection.request("textDocument/inlineCompletion")
+    async def complete(params):
+        connection.timeline_for(current_request_id())
+        return {"items": []}
+    connection.receive(body(1, "initialize", {"processId": None, "capabilities": {}}))
+    connection.receive(body(2, "textDocument/inlineCompletion", {
+        "textDocument": {"uri": "file:///a.py"}, "position": {"line": 0, "character": 0},
+        "context": {"triggerKind": 1}}))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert [m.get("result") for m in out.messages] == [None, {"items": []}]
+    assert connection.received_at == {} and connection.timelines == {}
+
+
+async def test_a_failed_initialize_may_be_sent_again():
+    connection, out, tries = Connection(), Captured(), []
+    connection.set_writer(out)
+
+    @connection.request("initialize")
+    def initialize(params):
+        tries.append(1)
+        if len(tries) == 1:
+            raise RequestError(INVALID_PARAMS, "not yet")
+    for msg_id in (1, 2, 3):
+        connection.receive(body(msg_id, "initialize", {"processId": None, "capabilities": {}}))
+    assert [m.get("error", {}).get("code") for m in out.messages] == [INVALID_PARAMS, None, -32600]
+
+
+async def test_a_client_that_is_gone_ends_the_session_instead_of_failing_each_handler():
+    class Gone:
+        def write(self, body):
+            raise BrokenPipeError("the client closed its end")
+    connection = Connection()
+    connection.set_writer(Gone())
+    connection.request("initialize")(lambda params: None)
+    frames = [b"Content-Length: %d\r\n\r\n" % len(b) + b for b in (
+        body(1, "initialize", {"processId": None, "capabilities": {}}), body(2, "x/never", {}))]
+
+    async def read(n: int) -> bytes:
+        return frames.pop(0) if frames else b""
+    await asyncio.wait_for(serve(read, connection), 5)
+    assert connection.closed and frames  # it stopped reading at once
+
+
+async def test_an_answer_from_the_client_over_the_size_limit_fails_our_request_and_is_not_answered():
+    connection, out = Connection(), Captured()
+    connection.set_writer(out)
+    asked = connection.send_request("workspace/configuration", {"items": []})
+    huge = json.dumps({"jsonrpc": "2.0", "id": out.messages[0]["id"], "result": ["x" * 4000]}).encode()
+    frames = [b"Content-Length: %d\r\n\r\n" % len(huge) + huge]
+
+    async def read(n: int) -> bytes:
+        return frames.pop(0) if frames else b""
+    await serve(read, connection, max_body=1000)
+    with pytest.raises(RequestError, match="over the limit"):
+        await asyncio.wait_for(asked, 1)
+    assert len(out.messages) == 1 and connection.in_flight() == 0
+
+
+async def test_a_request_to_the_client_given_up_on_is_dropped():
+    connection, out = Connection(), Captured()
+    connection.set_writer(out)
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(connection.send_request("workspace/configuration", {"items": []}), 0.01)
+    assert connection.in_flight() == 0
+
+
+async def test_initialize_states_the_capabilities_and_utf16_whatever_the_client_prefers(tmp_path, raw_client):
+    client = raw_client()
+    answer = await client.request("init", "initialize", {
+        "processId": None, "rootUri": tmp_path.as_uri(),
+        "capabilities": {"general": {"positionEncodings": ["utf-8", "utf-16"]}}})  # Neovim's list
+    assert answer["result"] == {
+        "capabilities": {"positionEncoding": "utf-16",  # documents.py counts UTF-16 units
+                         "textDocumentSync": {"openClose": True, "change": 2, "save": True},
+                         "inlineCompletionProvider": {},
+                         "completionProvider": {"triggerCharacters": [".", "(", " "]},
+                         "executeCommandProvider": {"commands": ["memosight.accepted"]}},
+        "serverInfo": {"name": "memosight", "version": answer["result"]["serverInfo"]["version"]}}
 
 
 async def test_a_connection_matches_the_client_s_answers_to_its_own_requests():
