@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import logging.handlers
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from . import __version__
+
+log = logging.getLogger(__name__)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -54,10 +58,62 @@ def main(argv: list[str] | None = None, load_engine=None) -> int:
 
     server = create_server(load_engine)
     if args.tcp:
-        server.start_tcp(args.host, args.port)
+        serve_tcp(server, args.host, args.port)
     else:
-        server.start_io()
+        serve_stdio(server)
     return 0
+
+
+def serve_stdio(server, stdin=None, stdout=None) -> None:
+    """One session on stdin/stdout, until the client closes stdin (or sends exit)."""
+    from .framing import FrameWriter, stdin_reader
+    from .rpc import serve
+
+    server.connection.set_writer(FrameWriter(stdout or sys.stdout.buffer))
+    reader = ThreadPoolExecutor(1, thread_name_prefix="stdin")  # reads block: off the event loop
+    try:
+        asyncio.run(serve(stdin_reader(stdin or sys.stdin.buffer, reader), server.connection))
+    except BrokenPipeError:
+        log.error("the connection to the client is lost; shutting down")
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    finally:
+        reader.shutdown(wait=False, cancel_futures=True)
+        server.suggester.shutdown()  # the client is gone: a generation still running stops
+
+
+def serve_tcp(server, host: str, port: int) -> None:
+    """One session with the first client that connects to host:port; the server ends with it."""
+    from .framing import FrameWriter
+    from .rpc import serve
+    listener, connected = None, False
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connected
+        if connected:  # one client, one session (as on stdio): a second would share its state
+            log.warning("refused a second connection; this server has a client")
+            writer.close()
+            return
+        connected = True
+        server.connection.set_writer(FrameWriter(writer))
+        try:
+            await serve(reader.read, server.connection)
+        except OSError as exc:  # a reset connection ends the session like a closed one
+            log.error("the connection to the client is lost (%s); shutting down", exc)
+        finally:
+            writer.close()
+            listener.close()
+
+    async def listen() -> None:
+        nonlocal listener
+        listener = await asyncio.start_server(connection, host, port)
+        async with listener:
+            await listener.serve_forever()
+
+    try:
+        asyncio.run(listen())
+    except asyncio.CancelledError:
+        pass
 
 
 if __name__ == "__main__":

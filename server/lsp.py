@@ -4,13 +4,10 @@ The wire (JSON-RPC, framing) is rpc.py's and framing.py's; this module speaks LS
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from concurrent.futures import ThreadPoolExecutor
 import logging
 import os
 import resource
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,8 +19,7 @@ from . import __version__
 from .config import ConfigError, ConfigSources, Settings, validate
 from .context.workspace import WorkspaceIndex
 from .documents import Document, DocumentStore, Position, file_path, text_digest
-from .framing import FrameWriter, stdin_reader
-from .rpc import INVALID_PARAMS, Connection, RequestError, current_request_id, serve
+from .rpc import INVALID_PARAMS, Connection, RequestError, current_request_id
 from .suggest import Suggester, Suggestion
 
 log = logging.getLogger(__name__)
@@ -92,49 +88,6 @@ class MemoSightServer:
     def report_dropped(self, method: str, reason: str) -> None:
         self.report(f"MemoSight: a {method} message from the editor was malformed and ignored "
                     f"({reason[:200]}). If this repeats, reload the window.")
-
-    def start_io(self, stdin=None, stdout=None) -> None:
-        self.connection.set_writer(FrameWriter(stdout or sys.stdout.buffer))
-        reader = ThreadPoolExecutor(1, thread_name_prefix="stdin")  # reads block: off the event loop
-        try:
-            asyncio.run(serve(stdin_reader(stdin or sys.stdin.buffer, reader), self.connection))
-        except BrokenPipeError:
-            log.error("the connection to the client is lost; shutting down")
-        except (KeyboardInterrupt, SystemExit):
-            pass
-        finally:
-            reader.shutdown(wait=False, cancel_futures=True)
-            self.suggester.shutdown()  # the client is gone: a generation still running stops
-
-    def start_tcp(self, host: str, port: int) -> None:
-        async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            nonlocal connected
-            if connected:  # one client, one session (as on stdio): a second would share its state
-                log.warning("refused a second connection; this server has a client")
-                writer.close()
-                return
-            connected = True
-            self.connection.set_writer(FrameWriter(writer))
-            try:
-                await serve(reader.read, self.connection)
-            except OSError as exc:  # a reset connection ends the session like a closed one
-                log.error("the connection to the client is lost (%s); shutting down", exc)
-            finally:
-                writer.close()
-                listener.close()
-
-        async def listen() -> None:
-            nonlocal listener
-            listener = await asyncio.start_server(connection, host, port)
-            async with listener:
-                await listener.serve_forever()
-
-        listener, connected = None, False
-
-        try:
-            asyncio.run(listen())
-        except asyncio.CancelledError:
-            pass
 
     def report_config_errors(self, errors: list[ConfigError]) -> None:
         for error in errors:

@@ -87,3 +87,35 @@ def test_exit_after_shutdown_quits_at_once_with_a_model_loaded(repeater_model_di
 
     code, seconds = asyncio.run(scenario())
     assert code == 0 and seconds < 2.0
+
+
+def test_tcp_takes_one_client_and_a_reset_connection_ends_the_session(tmp_path, scripted_engine):
+    import struct
+    import threading
+
+    from memosight.server.__main__ import serve_tcp
+    from memosight.server.lsp import create_server
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = create_server(load_engine=lambda settings: scripted_engine())
+    thread = threading.Thread(target=serve_tcp, args=(server, "127.0.0.1", port), daemon=True)
+    thread.start()
+    deadline = time.time() + 10
+    while True:
+        try:
+            first = socket.create_connection(("127.0.0.1", port), timeout=10)
+            break
+        except ConnectionRefusedError:
+            assert time.time() < deadline
+            time.sleep(0.05)
+    first.sendall(_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                          "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}}}))
+    assert b'"id":1' in first.recv(65536)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as second:
+        assert second.recv(100) == b""  # closed at once: one client, one session
+    first.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    first.close()  # a reset, not a goodbye
+    thread.join(10)
+    assert not thread.is_alive()  # the server ended with its client instead of listening on, half dead
