@@ -48,6 +48,7 @@ end
 
 run(function()
   local buf, client = open_file()
+  out.offset_encoding = client.offset_encoding -- what Neovim counts LSP columns in, as the server said
   -- Native inline completion attaches to the buffer on the next loop iteration after LspAttach.
   wait_for("inline completion on the buffer", 10000, function()
     return vim.tbl_get(vim.lsp, "_capability", "all", "inline_completion", "active", buf)
@@ -94,6 +95,8 @@ def test_inline_completion_is_shown_accepted_and_counted(headless_nvim, repeater
 
     suggestion = "x" * headless_nvim.max_new_tokens  # the repeater model emits "x" until max_new_tokens
     assert out["enabled"]
+    # Neovim offers utf-8 first; the server's documents count UTF-16 units, and says so
+    assert out["offset_encoding"] == "utf-16"
     assert out["mode"] == "i"
     assert out["ghost"] == suggestion
     assert out["line_before"] == "    return "
