@@ -179,3 +179,39 @@ def test_yanks_and_leaving_a_buffer_tell_the_server_where_the_user_was(headless_
     assert out["warm_ups"] >= 1  # the buffer on screen when the client attached
     assert out["after_yank"] == [1]
     assert out["after_leave"] == [2]  # the same area as the yank: one row, the latest
+
+
+NON_ASCII_DRIVER_LUA = r"""
+run(function()
+  local buf, client = open_file()
+  -- Typed edits on a line with characters outside ASCII, before and after them: Neovim sends their
+  -- ranges in the columns the server asked for, and the server's copy must stay the buffer's.
+  vim.api.nvim_input('Gos = "é😀 ü"<Left><Left>X<Esc>A # ñ<Esc>0wiy<Esc>') -- X before ü, y before =
+  wait_for("the edits to land", 10000, function()
+    local line = vim.api.nvim_get_current_line()
+    out.line, out.mode = line, vim.api.nvim_get_mode().mode
+    return vim.api.nvim_get_mode().mode == "n" and line:find("ñ", 1, true) and line:find("y=", 1, true)
+  end)
+  local text = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n") .. "\n"
+  out.want = vim.fn.sha256(text):sub(1, 16)
+  out.line = vim.api.nvim_get_current_line()
+  local uri = vim.uri_from_bufnr(buf)
+  out.have = wait_for("the server's copy to equal the buffer", 10000, function()
+    local reply
+    client:request("memosight/status", { digests = true }, function(err, result) reply = { err = err, result = result } end, buf)
+    reply = wait_for("memosight/status", 10000, function() return reply end)
+    local digest = reply.result and reply.result.digests[uri]
+    if digest == out.want then return digest end
+    out.last = digest
+    sleep(200)
+  end)
+  stop_server(client)
+end)
+"""
+
+
+def test_edits_around_characters_outside_ascii_keep_the_server_s_copy_equal_to_the_buffer(headless_nvim,
+                                                                                         repeater_model_dir):
+    out = headless_nvim.run(NON_ASCII_DRIVER_LUA, repeater_model_dir, show=("line", "mode", "last"))
+    assert out["line"] == 's y= "é😀 Xü" # ñ'  # each edit lands after a character of 2 or 4 UTF-8 bytes
+    assert out["have"] == out["want"]
