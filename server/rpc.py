@@ -201,9 +201,7 @@ class Connection:
                 self.reply_error(msg_id, INVALID_PARAMS, f"Invalid params for {method}: {_params_error(exc)}")
                 return
         if method in TIMED_METHODS:
-            if len(self.received_at) > 1000:  # stamps of requests whose handler never asked for them
-                self.received_at.clear()
-            self.received_at[msg_id] = self._reading
+            self.received_at[msg_id] = self._reading  # popped by timeline_for, else by the answer
         answered = self._run_request(msg_id, method, params)
         if method == types.INITIALIZE and answered:  # a failed one may be sent again
             self.initialized = True
@@ -278,9 +276,11 @@ class Connection:
             try:
                 params = self.converter.structure(params, params_type)
             except Exception as exc:  # noqa: BLE001 - any bad shape: the message is dropped, the server goes on
-                log.warning("dropped a %s notification with bad params: %s", method, _params_error(exc))
-                if self.on_dropped is not None:
-                    self.on_dropped(method, _params_error(exc))
+                why = _params_error(exc)
+                if self.on_dropped is not None:  # it logs and tells the user
+                    self.on_dropped(method, why)
+                else:
+                    log.warning("dropped a %s notification with bad params: %s", method, why)
                 return
         try:
             result = handler(params)

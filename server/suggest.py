@@ -23,8 +23,6 @@ from memosight.engine.protocol import (
 from .ahead import Ahead
 from .completion_cache import CompletionCache, context_key
 from .config import Settings
-from .context.packed import PackedContext
-from .context.packing import ContextCompressor
 from .context.service import ContextService
 from .context.workspace import WorkspaceIndex
 from .engine_choice import EngineHolder, load_engine_from_settings
@@ -70,22 +68,6 @@ class Suggester:
             self.last_error = None
         return future
 
-    def engine_if_ready(self) -> Engine | None:
-        return self.engine.ready()
-
-    # --- context (server/context/service.py) ---------------------------------------------------
-
-    @property
-    def compressor(self) -> ContextCompressor:
-        return self.context.compressor
-
-    def build_context(self, engine: Engine, doc: Document, cursor: int, settings: Settings,
-                      others: list[Document] | None = None, timeline: Timeline | None = None) -> PackedContext:
-        return self.context.build(engine, doc, cursor, settings, others, timeline)
-
-    def workspace_documents(self, doc: Document, cursor: int, open_docs: list[Document]) -> list[Document]:
-        return self.context.workspace_documents(doc, cursor, open_docs)
-
     # --- requests -------------------------------------------------------------------------------
 
     def start_job(self, doc: Document, cursor: int, settings: Settings | None = None) -> Job:
@@ -122,9 +104,6 @@ class Suggester:
 
     # --- work ahead of the request (server/ahead.py) ----------------------------------------------
 
-    def prefetch(self, ticket: Ticket, shown: str, settings: Settings) -> None:
-        self.ahead.prefetch(ticket, shown, settings)
-
     def warm(self, doc: Document, cursor: int, settings: Settings) -> None:
         self.ahead.warm(doc, cursor, settings)
 
@@ -152,7 +131,7 @@ class Suggester:
         try:
             suggestion = await self._suggest(ticket, settings, on_partial, cold, timeline)
             if suggestion is not None and suggestion.stop_reason != "first_line":  # else: its run goes on
-                self.prefetch(ticket, suggestion.text, settings)
+                self.ahead.prefetch(ticket, suggestion.text, settings)
         except Exception as exc:  # not CancelledError: that is the client's cancel, and propagates  # noqa: BLE001 - the server answers every request and stays up
             log.exception("completion failed")
             self.counters.errors += 1
@@ -363,7 +342,7 @@ class Suggester:
         self.counters.accepted_chars += max(0, chars)
 
     def status(self, settings: Settings) -> dict:
-        engine = self.engine_if_ready()
+        engine = self.engine.ready()
         state = "ready" if engine is not None else ("error" if self.last_error else "loading")
         if self.ahead.stopped:  # after the LSP shutdown request
             state = "stopped"

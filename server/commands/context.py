@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
                 failed += 1
                 print(json.dumps({"cursor": name, "error": str(exc)}) if args.json else f"{name}: {exc}")
                 continue
-            packed = suggester.build_context(engine, doc, cursor, settings, others=others)
+            packed = suggester.context.build(engine, doc, cursor, settings, others=others)
             if args.json:
                 print(json.dumps({"cursor": name, **packed.to_json()} if several else packed.to_json()), flush=True)
             else:

@@ -28,24 +28,31 @@ def _frame(payload: dict) -> bytes:
     return f"Content-Length: {len(body)}\r\n\r\n".encode() + body
 
 
-def test_tcp_mode_answers_initialize(tmp_path):
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+def _connect(port: int, within_s: float) -> socket.socket:
+    """A connection to a server that is still starting: retried until it listens."""
+    deadline = time.time() + within_s
+    while True:
+        try:
+            return socket.create_connection(("127.0.0.1", port), timeout=within_s)
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def test_tcp_mode_answers_initialize(tmp_path):
+    port = _free_port()
     log = tmp_path / "server.log"
     proc = subprocess.Popen([sys.executable, "-m", "memosight.server", "--tcp", f"127.0.0.1:{port}",
                              "--log-file", str(log)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                conn = socket.create_connection(("127.0.0.1", port), timeout=30)
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.2)
-        with conn:
+        with _connect(port, 30) as conn:
             conn.sendall(_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize",
                                  "params": {"processId": None, "rootUri": None, "capabilities": {},
                                             "initializationOptions": {"model": str(tmp_path / "none")}}}))
@@ -96,20 +103,11 @@ def test_tcp_takes_one_client_and_a_reset_connection_ends_the_session(tmp_path, 
     from memosight.server.__main__ import serve_tcp
     from memosight.server.lsp import create_server
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port()
     server = create_server(load_engine=lambda settings: scripted_engine())
     thread = threading.Thread(target=serve_tcp, args=(server, "127.0.0.1", port), daemon=True)
     thread.start()
-    deadline = time.time() + 10
-    while True:
-        try:
-            first = socket.create_connection(("127.0.0.1", port), timeout=10)
-            break
-        except ConnectionRefusedError:
-            assert time.time() < deadline
-            time.sleep(0.05)
+    first = _connect(port, 10)
     first.sendall(_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize",
                           "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}}}))
     assert b'"id":1' in first.recv(65536)

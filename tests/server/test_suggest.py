@@ -196,10 +196,10 @@ def test_build_context_compresses_with_the_other_open_documents(scripted_engine)
     filler = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(300))
     doc = Document("file:///pkg/main.py", filler + "def use(items):\n    n = far_helper(len(items))\n    ", "python")
     suggester = Suggester(open_documents=lambda: [doc, helper])
-    packed = suggester.build_context(scripted_engine(), doc, len(doc.text), Settings(context_budget=128))
+    packed = suggester.context.build(scripted_engine(), doc, len(doc.text), Settings(context_budget=128))
     assert packed.prompt_tokens <= 128
     assert "def far_helper(count, scale=3):" in packed.prefix and packed.prefix.endswith("far_helper(len(items))\n    ")
-    alone = suggester.build_context(scripted_engine(), doc, len(doc.text), Settings(context_budget=128), others=[])
+    alone = suggester.context.build(scripted_engine(), doc, len(doc.text), Settings(context_budget=128), others=[])
     assert "def far_helper(count" not in alone.prefix
     suggester.shutdown()
 
@@ -213,10 +213,10 @@ def test_a_model_without_fim_tokens_gets_the_whole_budget_before_the_cursor(scri
     plain.info = lambda: EngineInfo("plain", "cpu", "float32", has_fim=False)
     settings = Settings(context_budget=256, suffix_share=0.25)
     suggester = Suggester(open_documents=lambda: [doc])
-    with_fim = suggester.build_context(fim, doc, cursor, settings)
+    with_fim = suggester.context.build(fim, doc, cursor, settings)
     suggester.shutdown()
     suggester = Suggester(open_documents=lambda: [doc])  # its own compressor: the near window's start is kept
-    without = suggester.build_context(plain, doc, cursor, settings)
+    without = suggester.context.build(plain, doc, cursor, settings)
     assert with_fim.suffix.strip() and not without.suffix.strip()  # nothing kept for a suffix it cannot see
     assert plain.count_tokens(without.prefix) > plain.count_tokens(with_fim.prefix)  # the budget went before it
     assert without.prompt_tokens <= 256
@@ -234,10 +234,10 @@ def test_build_context_brings_definitions_from_unopened_workspace_files(tmp_path
     index = WorkspaceIndex(tmp_path)
     index.scan()
     suggester = Suggester(open_documents=lambda: [doc], workspace=lambda: index)
-    packed = suggester.build_context(scripted_engine(), doc, len(doc.text), Settings(context_budget=128))
+    packed = suggester.context.build(scripted_engine(), doc, len(doc.text), Settings(context_budget=128))
     assert packed.prompt_tokens <= 128
     assert "def far_helper(count, scale=3):" in packed.prefix and "unrelated" not in packed.prefix
-    assert [Path(d.path).name for d in suggester.workspace_documents(doc, len(doc.text), [doc])] == ["util.py"]
+    assert [Path(d.path).name for d in suggester.context.workspace_documents(doc, len(doc.text), [doc])] == ["util.py"]
     suggester.shutdown()
 
 
@@ -252,7 +252,7 @@ def test_workspace_files_are_chosen_for_names_not_defined_here_and_the_choice_st
 
     def picks(text: str) -> list[str]:
         doc = Document((tmp_path / "main.py").as_uri(), text, "python")
-        return [Path(d.path).name for d in suggester.workspace_documents(doc, len(text), [])]
+        return [Path(d.path).name for d in suggester.context.workspace_documents(doc, len(text), [])]
 
     assert picks("def local_name():\n    pass\n\nlocal_name()\n") == []  # defined right here
     assert picks("x = alpha()\n") == ["a.py"]
@@ -262,7 +262,7 @@ def test_workspace_files_are_chosen_for_names_not_defined_here_and_the_choice_st
     assert sorted(picks("x = alpha()\n")) == ["a.py", "b.py"]  # beta no longer used: the choice stays
     doc = Document((tmp_path / "main.py").as_uri(), "x = alpha()\n", "python")
     opened = Document((tmp_path / "b.py").as_uri(), "def beta():\n    return 2\n", "python")
-    assert [Path(d.path).name for d in suggester.workspace_documents(doc, len(doc.text), [opened])] == ["a.py"]
+    assert [Path(d.path).name for d in suggester.context.workspace_documents(doc, len(doc.text), [opened])] == ["a.py"]
     suggester.shutdown()
 
 
@@ -272,9 +272,9 @@ def test_build_context_falls_back_to_truncation_if_compression_fails(scripted_en
     def broken(*args, **kwargs):
         raise RuntimeError("bug")
 
-    suggester.compressor.build = broken
+    suggester.context.compressor.build = broken
     doc = Document("file:///a.py", "x = 1\ny = 2\n", "python")
-    packed = suggester.build_context(scripted_engine(), doc, 6, Settings(context_budget=64))
+    packed = suggester.context.build(scripted_engine(), doc, 6, Settings(context_budget=64))
     assert packed.prefix == "x = 1\n" and packed.suffix == "y = 2\n"
     suggester.shutdown()
 

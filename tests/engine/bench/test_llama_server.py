@@ -6,6 +6,8 @@ import subprocess
 import pytest
 from memosight.engine.bench.llama_server import BUILD_SCRIPT, LlamaServerDecoder, native_bin_dir
 
+from .decoding import cold_warm_short
+
 
 def test_the_build_script_only_checks_when_asked_and_says_how_to_build(tmp_path):
     env = {**os.environ, "MEMOSIGHT_CACHE": str(tmp_path)}
@@ -33,13 +35,7 @@ def test_llama_server_decodes_greedily_from_a_cached_prompt(embedded_gguf):
     engine = load_engine()  # the embedded model, whose GGUF export llama-server runs
     ids = engine.prompt_ids("def fibonacci(n):\n    if n < 2:\n        return n\n    return", "")
     decoder = LlamaServerDecoder(embedded_gguf, threads=1, bin_dir=bin_dir)
-    try:
-        cold = decoder.generate(ids, 12, engine.eos_ids)
-        decoder.prefill(ids[:-1])  # what a keystroke finds cached
-        warm = decoder.generate(ids, 12, engine.eos_ids)
-        short = decoder.generate(ids, 3, engine.eos_ids)
-    finally:
-        decoder.close()
+    cold, warm, short = cold_warm_short(decoder, ids, 12, engine.eos_ids)
     assert decoder.server.process.poll() is not None  # stopped
     assert 0 < len(cold) <= 12 and warm == cold and short == cold[:3]
     # greedy on the same weights: mostly the in-process engine's tokens too (Q8/F16 export rounding aside)

@@ -11,6 +11,8 @@ import pytest
 from memosight.engine.bench import llamacpp
 from memosight.engine.bench.llamacpp import LlamaCppDecoder, build_flags, gguf_of
 
+from .decoding import cold_warm_short
+
 
 def test_gguf_of_reads_the_marker_the_gguf_loader_writes(tmp_path):
     gguf = tmp_path / "model.Q4_K_M.gguf"
@@ -143,13 +145,7 @@ def test_the_real_llama_cpp_decodes_greedily_from_a_cached_prompt(tiny_model_dir
     engine = load_engine(str(tiny_model_dir), device="cpu", dtype="float32")
     ids = engine.prompt_ids("def add(a, b):\n    return a +", "\n")
     decoder = LlamaCppDecoder(tiny_gguf, threads=1, n_ctx=512)
-    try:
-        cold = decoder.generate(ids, 8, engine.eos_ids)
-        decoder.prefill(ids[:-1])  # what a keystroke finds cached
-        warm = decoder.generate(ids, 8, engine.eos_ids)
-        short = decoder.generate(ids, 3, engine.eos_ids)
-    finally:
-        decoder.close()
+    cold, warm, short = cold_warm_short(decoder, ids, 8, engine.eos_ids)
     assert 0 < len(cold) <= 8 and warm == cold and short == cold[:3]
     # the same float weights and ids: llama.cpp's greedy tokens are the engine's, bar float rounding
     ours = engine.generate(ids, 8, speculative=False)
