@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from . import kv
+from . import kv, lean
 from .gguf import cache_root
 from .hardware import cpu_info
 from .int8 import calibration_ids, quantize_int8
@@ -103,7 +103,10 @@ def measure(model, tokenizer, native_bfloat16: bool) -> DtypeChoice:
 
 
 def as_dtype(model, dtype: str, tokenizer):
-    """`model` (float32) turned into `dtype`, in place (int8 calibrated on `tokenizer`'s ids)."""
+    """`model` (float32) turned into `dtype`, in place (int8 calibrated on `tokenizer`'s ids). The
+    lean decoder built while measuring goes first: it holds float32 copies of the weights."""
+    if dtype != "float32":
+        lean.forget(model)
     if dtype == "int8":
         return quantize_int8(model, calibration=calibration_ids(tokenizer))
     if dtype == "bfloat16":

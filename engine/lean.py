@@ -24,7 +24,8 @@ from .int8 import Int8Linear
 # Architectures whose decoder layer is exactly: RMSNorm, attention (q/k/v/o, RoPE), RMSNorm, SiLU MLP.
 SUPPORTED = {"LlamaForCausalLM", "Qwen2ForCausalLM"}
 
-_decoders: "weakref.WeakKeyDictionary[torch.nn.Module, LeanDecoder | None]" = weakref.WeakKeyDictionary()
+# model -> (what its weights were when the decoder was built, the decoder or None)
+_decoders: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple, LeanDecoder | None]]" = weakref.WeakKeyDictionary()
 enabled = os.environ.get("MEMOSIGHT_LEAN", "1") != "0"  # MEMOSIGHT_LEAN=0 keeps the transformers forward
 # float32 passes of several tokens through oneDNN's packed weights (see _Projection); MEMOSIGHT_PACK=0: off
 PACK_FLOAT32 = os.environ.get("MEMOSIGHT_PACK", "1") != "0" and torch.backends.mkldnn.is_available()
@@ -37,9 +38,29 @@ def decoder_for(model) -> "LeanDecoder | None":
     """The lean decoder of `model`, built on first use; None where the model is not supported."""
     if not enabled:
         return None
-    if model not in _decoders:
-        _decoders[model] = LeanDecoder.build(model)
-    return _decoders[model]
+    signature = _weights_signature(model)
+    built = _decoders.get(model)
+    if built is None or built[0] != signature:
+        # New, or converted in place since (dtype "auto" measures in float32, then `.to(bfloat16)` or
+        # int8 layers): a decoder built before would still hold the old weights, fused and packed.
+        _decoders[model] = built = (signature, LeanDecoder.build(model))
+    return built[1]
+
+
+def forget(model) -> None:
+    """Drop `model`'s decoder (its fused and packed copies with it): its weights are about to change."""
+    _decoders.pop(model, None)
+
+
+def _weights_signature(model) -> tuple:
+    """What changes when a model's weights are converted in place: the first projection's module
+    type (int8 layers replace nn.Linear), dtype and device."""
+    try:
+        projection = model.base_model.layers[0].self_attn.q_proj
+        weight = projection.weight
+        return type(projection), weight.dtype, weight.device
+    except (AttributeError, IndexError, TypeError):
+        return ()
 
 
 class _Norm:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import logging.handlers
 import os
@@ -57,11 +58,33 @@ def main(argv: list[str] | None = None, load_engine=None) -> int:
     from .lsp import create_server
 
     server = create_server(load_engine)
-    if args.tcp:
-        serve_tcp(server, args.host, args.port)
-    else:
-        serve_stdio(server)
-    return 0
+    try:
+        if args.tcp:
+            serve_tcp(server, args.host, args.port)
+        else:
+            serve_stdio(server)
+    finally:
+        leave(server, 0)
+    return 0  # not reached: leave() ends the process
+
+
+EXIT_WAIT_S = 2.0  # for a cancelled run to let go of the engine (a step, or a chunk of a prefill)
+
+
+def leave(server, code: int) -> None:
+    """End the process once the client is gone: stop the work in flight, give the engine thread a
+    moment, and exit without the interpreter's teardown. A thread still inside torch, llama.cpp or
+    tree-sitter while the interpreter goes down takes the process with SIGABRT ("terminate called
+    without an active exception"): an editor that closed the pipe got a core dump, not an exit code."""
+    try:
+        server.suggester.shutdown()
+        if not server.suggester.engine.wait_idle(EXIT_WAIT_S):
+            log.info("leaving with the engine thread still busy (a model load?)")
+    finally:
+        with contextlib.suppress(Exception):  # a closed pipe must not keep us from leaving
+            logging.shutdown()
+            sys.stdout.flush()
+        os._exit(code)
 
 
 def serve_stdio(server, stdin=None, stdout=None) -> None:

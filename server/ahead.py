@@ -41,7 +41,7 @@ class Ahead:
         engine = self._engine.ready()
         seen, cursor = ticket.seen, ticket.cursor
         before, after = seen.text[:cursor] + shown, seen.text[cursor:]
-        if (engine is None or not settings.prefetch or self.stopped
+        if (engine is None or not settings.prefetch or self.stopped or ticket.doc.closed
                 or self._completions().has(seen.uri, before, after)):
             return
         self.stop_prefetch(seen.uri)

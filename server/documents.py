@@ -151,6 +151,7 @@ class Document:
     # where the user last edited (or looked, or yanked: DocumentStore.visit), most recent first, one
     # row per area (RECENT_AREA_LINES apart): code they worked on, which the packer offers as context
     recent_rows: tuple[int, ...] = field(default=(), compare=False)
+    closed: bool = field(default=False, compare=False)  # the editor closed it (or opened the URI anew)
 
     @property
     def path(self) -> str:
@@ -337,7 +338,9 @@ class DocumentStore:
         """The document, now open; None when it is not kept: it would take the open documents past
         MAX_OPEN_BYTES."""
         self._closed.pop(uri, None)
-        self._docs.pop(uri, None)
+        old = self._docs.pop(uri, None)
+        if old is not None:  # opened again over itself: requests made on the old copy are stale
+            old.closed = True
         if self.open_bytes() + memory_estimate(len(text)) > self.MAX_OPEN_BYTES:
             return None
         doc = Document(uri, text, language, version)
@@ -368,6 +371,8 @@ class DocumentStore:
 
     def close(self, uri: str) -> None:
         doc = self._docs.pop(uri, None)
+        if doc is not None:
+            doc.closed = True
         if doc is not None and not doc.large:
             self._closed.pop(uri, None)
             self._closed[uri] = doc

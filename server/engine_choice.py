@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from memosight.engine.protocol import Engine
 
@@ -59,6 +59,7 @@ class EngineHolder:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memosight-engine")
         self._future: Future | None = None
         self._key: tuple | None = None
+        self._queued: set[Future] = set()  # runs submitted and not done, the load included
 
     def ensure(self, settings: Settings) -> tuple[Future, bool]:
         """(the load of the engine `settings` name, whether it starts now): unless it is loaded or
@@ -67,7 +68,7 @@ class EngineHolder:
         started = self._future is None or key != self._key or self._future.cancelled()
         if started:
             self._key = key
-            self._future = self._thread.submit(load_with_fallback, self._load, settings, self._say)
+            self._future = self.submit(load_with_fallback, self._load, settings, self._say)
         return self._future, started
 
     def ready(self) -> Engine | None:
@@ -79,7 +80,15 @@ class EngineHolder:
 
     def submit(self, fn, *args) -> Future:
         """Run `fn(*args)` on the engine thread, after what was asked of it before."""
-        return self._thread.submit(fn, *args)
+        future = self._thread.submit(fn, *args)
+        self._queued.add(future)
+        future.add_done_callback(self._queued.discard)
+        return future
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for the run in progress (cancelled ones end within a step); whether
+        the thread is idle now."""
+        return not wait(list(self._queued), timeout).not_done
 
     def close(self, wait: bool) -> None:
         """No more runs. `wait`: wait for the thread and close the engine here (a command that exits

@@ -19,7 +19,8 @@ from . import __version__
 from .config import ConfigError, ConfigSources, Settings, validate
 from .context.workspace import WorkspaceIndex
 from .documents import Document, DocumentStore, Position, file_path, text_digest
-from .rpc import INVALID_PARAMS, Connection, RequestError, current_request_id
+from .requests import Ticket
+from .rpc import CONTENT_MODIFIED, INVALID_PARAMS, Connection, RequestError, current_request_id
 from .suggest import Suggester, Suggestion
 
 log = logging.getLogger(__name__)
@@ -234,24 +235,17 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
         elif not ls.documents.visit(uri, line):
             log.info("%s for %s, which is not open; ignored", VISITED_METHOD, uri)
 
+    # The completion handlers take the document as the request arrives (a plain call, before any
+    # await): the messages read behind it (an edit, a close) are applied before its task runs, and
+    # its answer must be true to the text the editor asked about.
+
     @ls.connection.request(types.TEXT_DOCUMENT_INLINE_COMPLETION)
-    async def inline_completion(params: types.InlineCompletionParams):
-        suggestion, doc = await _suggest(ls, params.text_document.uri, params.position)
-        if suggestion is None:
-            return types.InlineCompletionList(items=[])
-        # No range: the text is inserted at the cursor. (Neovim draws an item that has a range as an
-        # overlay, which would hide the text after the cursor mid-line.)
-        item = types.InlineCompletionItem(
-            insert_text=suggestion.text,
-            command=types.Command(title="Accept", command=ACCEPTED_COMMAND, arguments=[len(suggestion.text)]))
-        return types.InlineCompletionList(items=[item])
+    def inline_completion(params: types.InlineCompletionParams):
+        return _inline_answer(ls, _arrived(ls, params.text_document.uri, params.position), params.position)
 
     @ls.connection.request(types.TEXT_DOCUMENT_COMPLETION)
-    async def completion(params: types.CompletionParams):
-        suggestion, doc = await _suggest(ls, params.text_document.uri, params.position)
-        if suggestion is None:
-            return types.CompletionList(is_incomplete=True, items=[])
-        return types.CompletionList(is_incomplete=True, items=[_completion_item(doc, suggestion)])
+    def completion(params: types.CompletionParams):
+        return _completion_answer(ls, _arrived(ls, params.text_document.uri, params.position), params.position)
 
     @ls.connection.request(STATUS_METHOD)
     def status(params) -> dict:
@@ -341,33 +335,62 @@ async def _pull_client_configuration(ls: MemoSightServer) -> None:
         ls.apply_settings()
 
 
-async def _suggest(ls: MemoSightServer, uri: str, position: types.Position) -> tuple[Suggestion | None, Document]:
+def _arrived(ls: MemoSightServer, uri: str, position: types.Position) -> Ticket:
+    """The request's document and cursor as it arrives (the text is shared, not copied)."""
+    doc = ls.document(uri)
+    return Ticket.of(doc, doc.offset_at(_to_position(position)))
+
+
+async def _inline_answer(ls: MemoSightServer, ticket: Ticket, position: types.Position):
+    suggestion = await _suggest(ls, ticket, position)
+    if suggestion is None:
+        return types.InlineCompletionList(items=[])
+    # No range: the text is inserted at the cursor. (Neovim draws an item that has a range as an
+    # overlay, which would hide the text after the cursor mid-line.)
+    item = types.InlineCompletionItem(
+        insert_text=suggestion.text,
+        command=types.Command(title="Accept", command=ACCEPTED_COMMAND, arguments=[len(suggestion.text)]))
+    return types.InlineCompletionList(items=[item])
+
+
+async def _completion_answer(ls: MemoSightServer, ticket: Ticket, position: types.Position):
+    suggestion = await _suggest(ls, ticket, position)
+    if suggestion is None:
+        return types.CompletionList(is_incomplete=True, items=[])
+    # built on the text the request saw: its range is in that version's positions
+    return types.CompletionList(is_incomplete=True, items=[_completion_item(ticket.seen, suggestion)])
+
+
+async def _suggest(ls: MemoSightServer, ticket: Ticket, position: types.Position) -> Suggestion | None:
     request_id = current_request_id()
     timeline = ls.connection.timeline_for(request_id)  # ended when the answer is written (rpc.py)
-    doc = ls.document(uri)
+    doc, uri = ticket.seen, ticket.seen.uri
     ls.reload_config_file_if_changed()
     settings = ls.settings
     if settings.languages and doc.language not in settings.languages:
-        return None, doc
+        return None
     if doc.too_large:
         ls.report(f"MemoSight: {uri} is {len(doc.text) / 1e6:.1f} MB, over the 8 MB limit; no completions "
                   "for this file")
-        return None, doc
+        return None
     if doc.looks_binary:
         ls.report(f"MemoSight: {uri} looks binary (it has NUL bytes); no completions for this file")
-        return None, doc
-    cursor = doc.offset_at(_to_position(position))
+        return None
 
     def on_partial(text: str) -> None:  # only for clients that asked for streaming (see wants_partials)
         ls.connection.notify(PARTIAL_METHOD, {"id": request_id, "uri": uri, "position": {"line": position.line,
                                                                     "character": position.character},
                                            "text": text})
 
-    answer = await ls.suggester.suggest(doc, cursor, settings, on_partial if wants_partials(ls) else None,
+    answer = await ls.suggester.suggest(ticket, settings, on_partial if wants_partials(ls) else None,
                                         timeline=timeline)
     for message in answer.messages:
         ls.report(f"MemoSight: {message}", types.MessageType.Error)
-    return answer.suggestion, answer.seen
+    if answer.suggestion is None and ticket.doc.closed:
+        # closed (or opened anew) while the request waited: LSP's answer for a request the document's
+        # state overtook, which clients drop silently
+        raise RequestError(CONTENT_MODIFIED, f"Content modified: {uri} was closed while the request was in flight")
+    return answer.suggestion
 
 
 def wants_partials(ls: MemoSightServer) -> bool:

@@ -40,12 +40,14 @@ class Ticket:
 
     @classmethod
     def of(cls, doc: Document, cursor: int) -> Ticket:
-        return cls(doc, Document(doc.uri, doc.text, doc.language, doc.version), cursor)
+        """Taken as the request arrives: the text is shared, not copied (strings do not change), and
+        so are the line starts (replaced on an edit, never changed in place)."""
+        return cls(doc, Document(doc.uri, doc.text, doc.language, doc.version, doc._line_starts), cursor)
 
     def stale(self) -> bool:
-        """An edit arrived since the request was made: the editor sends a newer request. (The text is
-        compared too: an edit lands a moment before its version number.)"""
-        return self.doc.version != self.seen.version or self.doc.text is not self.seen.text
+        """An edit arrived since the request was made, or the document was closed: the editor sends a
+        newer request. (The text is compared too: an edit lands a moment before its version number.)"""
+        return self.doc.closed or self.doc.version != self.seen.version or self.doc.text is not self.seen.text
 
 
 @dataclass
@@ -113,6 +115,20 @@ class Counters:
     accepted_chars: int = 0
     errors: int = 0
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=500))
+    longest_answer: int = 0  # characters of the longest suggestion answered: no acceptance is longer
+
+    def answered(self, text: str, latency_ms: float) -> None:
+        self.completed += 1
+        self.latencies_ms.append(latency_ms)
+        self.longest_answer = max(self.longest_answer, len(text))
+
+    def accept(self, chars: int) -> None:
+        """What the client reports taking, kept to what can be true: no more acceptances than
+        suggestions answered, none longer than the longest answered (a client once sent 4e30)."""
+        if self.accepted >= self.completed:
+            return
+        self.accepted += 1
+        self.accepted_chars += min(max(0, chars), self.longest_answer)
 
     def to_json(self) -> dict:
         lat = sorted(self.latencies_ms)

@@ -39,6 +39,7 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 SERVER_NOT_INITIALIZED = -32002
 REQUEST_CANCELLED = -32800
+CONTENT_MODIFIED = -32801  # LSP: the document changed under a request in flight
 # requests whose latency is broken down by stage (timeline.py)
 TIMED_METHODS = {types.TEXT_DOCUMENT_INLINE_COMPLETION, types.TEXT_DOCUMENT_COMPLETION}
 

@@ -115,18 +115,18 @@ class Suggester:
         if job is not None:
             job.generation.cancel.set()
 
-    async def suggest(self, doc: Document, cursor: int, settings: Settings,
+    async def suggest(self, ticket: Ticket, settings: Settings,
                       on_partial: Callable[[str], None] | None = None, *, cold: bool = False,
                       timeline: Timeline | None = None) -> Answer:
-        """The suggestion at `cursor`, with any messages for the user. An engine that fails is
-        reported in the messages; the request then gets no suggestion.
+        """The suggestion at the ticket's cursor, in the text it saw (`Ticket.of(doc, cursor)`, taken
+        when the request arrived: later edits never move its answer), with any messages for the user.
+        An engine that fails is reported in the messages; the request then gets no suggestion.
 
         Raises asyncio.CancelledError when the client cancelled the request. `cold` asks the engine
         to forget its caches first (cold-start measurements). `timeline` collects where the time
         goes (see timeline.py); the caller ends it once the answer is written.
         """
         timeline = timeline if timeline is not None else Timeline()
-        ticket = Ticket.of(doc, cursor)
         self.messages.loop = asyncio.get_running_loop()
         try:
             suggestion = await self._suggest(ticket, settings, on_partial, cold, timeline)
@@ -154,7 +154,7 @@ class Suggester:
         # 2. The engine is this request's now: warm-ups and prefetches for other text stop.
         self._make_way(ticket)
         # 3. Join the running generation the user typed into, or start one on the engine thread.
-        job = self.start_job(ticket.doc, ticket.cursor, settings)
+        job = self.start_job(ticket.seen, ticket.cursor, settings)
         try:
             suggestion = await self._run_or_join(job, ticket, settings, on_partial, cold, timeline)
         except asyncio.CancelledError:
@@ -177,7 +177,7 @@ class Suggester:
 
     def _typed_through(self, ticket: Ticket, settings: Settings, timeline: Timeline,
                        started: float) -> Suggestion | None:
-        rest = self.typing_through(ticket.doc, ticket.cursor, settings)
+        rest = self.typing_through(ticket.seen, ticket.cursor, settings)
         if rest is None:
             return None
         old = self._jobs.pop(ticket.doc.uri, None)
@@ -185,11 +185,10 @@ class Suggester:
             old.superseded = True
             old.generation.cancel.set()
         self.counters.typed_through += 1
-        self.counters.completed += 1
         timeline.kind = "typed_through"
         timeline.mark("handler")
         latency = (time.perf_counter() - started) * 1000
-        self.counters.latencies_ms.append(latency)
+        self.counters.answered(rest, latency)
         return Suggestion(rest, ticket.cursor, latency, 0, "typed_through")
 
     def _make_way(self, ticket: Ticket) -> None:
@@ -229,8 +228,7 @@ class Suggester:
             self.counters.empty += 1
             return None
         self.last_error = None  # an error of an earlier request is no longer the state of things
-        self.counters.completed += 1
-        self.counters.latencies_ms.append(suggestion.latency_ms)
+        self.counters.answered(suggestion.text, suggestion.latency_ms)
         return suggestion
 
     async def _first_answer(self, gen: Generation, text: str, cursor: int, timeline: Timeline) -> Suggestion | None:
@@ -338,8 +336,8 @@ class Suggester:
         log.debug("request %s %s", request_id, timeline.log_line())
 
     def record_accepted(self, chars: int) -> None:
-        self.counters.accepted += 1
-        self.counters.accepted_chars += max(0, chars)
+        """The client says it took `chars` characters of a suggestion (memosight.accepted)."""
+        self.counters.accept(chars)
 
     def status(self, settings: Settings) -> dict:
         engine = self.engine.ready()

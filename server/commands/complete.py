@@ -27,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..requests import Ticket
     from ..suggest import Suggester
 
     overrides = {"model": args.model, "device": args.device, "dtype": args.dtype,
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     latencies = []
     for _ in range(max(1, args.repeat)):
         suggester.forget(doc.uri)  # each run is a fresh request, not typing-through
-        answer = asyncio.run(suggester.suggest(doc, cursor, settings, cold=True))
+        answer = asyncio.run(suggester.suggest(Ticket.of(doc, cursor), settings, cold=True))
         if answer.messages:
             raise CommandError("; ".join(answer.messages))
         suggestion = answer.suggestion

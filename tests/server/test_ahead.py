@@ -2,6 +2,7 @@ import asyncio
 
 from memosight.server.config import Settings
 from memosight.server.documents import Document
+from memosight.server.requests import Ticket
 from memosight.server.suggest import Suggester
 
 
@@ -27,7 +28,7 @@ def test_a_prefetch_lands_in_the_completion_cache_and_closing_the_document_drops
     settings = Settings()
 
     async def scenario():
-        return await suggester.suggest(doc, 6, settings)
+        return await suggester.suggest(Ticket.of(doc, 6), settings)
 
     answer = asyncio.run(scenario())
     assert answer.suggestion.text == "y = 1"

@@ -522,3 +522,70 @@ async def test_a_real_backend_stopped_mid_session_is_said_at_once_and_the_local_
     finally:
         process.terminate()
         log.close()
+
+
+# --- a request is answered for the document as it arrived (issue 41) ------------------------------
+
+def _frames(*messages: dict) -> bytes:
+    """Several messages in one write: the server reads them all before a request's task first runs."""
+    import json
+
+    out = b""
+    for message in messages:
+        body = json.dumps(message).encode()
+        out += b"Content-Length: %d\r\n\r\n" % len(body) + body
+    return out
+
+
+def _did_change(uri: str, version: int, line: int, start: int, end: int, text: str) -> dict:
+    return {"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+        "textDocument": {"uri": uri, "version": version},
+        "contentChanges": [{"range": {"start": {"line": line, "character": start},
+                                      "end": {"line": line, "character": end}}, "text": text}]}}
+
+
+async def test_a_request_followed_at_once_by_didclose_is_not_answered_not_open(tmp_path, raw_client):
+    from .conftest import ScriptedEngine
+
+    client = raw_client(ScriptedEngine("x = 1"))
+    await client.initialize(tmp_path)
+    uri = (tmp_path / "a.py").as_uri()
+    client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                            "text": "def f():\n    \n"}})
+    request = {"jsonrpc": "2.0", "id": 5, "method": "textDocument/inlineCompletion", "params": {
+        "textDocument": {"uri": uri}, "position": {"line": 1, "character": 4}, "context": {"triggerKind": 2}}}
+    close = {"jsonrpc": "2.0", "method": "textDocument/didClose", "params": {"textDocument": {"uri": uri}}}
+    client.send_raw(_frames(request, close))
+    answer = await client.answer(5)
+    # it was open when it arrived: never "invalid params ... not open"; the close overtook it
+    assert answer.get("error", {}).get("code") == -32801, answer
+    assert "closed" in answer["error"]["message"]
+    # a request that arrives after the close is told so
+    later = await client.request(6, "textDocument/inlineCompletion", request["params"])
+    assert later["error"]["code"] == -32602 and "not open" in later["error"]["message"]
+
+
+async def test_a_completion_item_is_built_on_the_version_its_request_saw(tmp_path, raw_client):
+    # The fuzz's case: a completion at `cl` (version 11), then the client deletes `l` and types `ß`.
+    # The item must replace `cl` in version 11, never be built on `cß`.
+    from .conftest import ScriptedEngine
+
+    client = raw_client(ScriptedEngine(".data[key]", repeat=False))
+    await client.initialize(tmp_path)
+    uri = (tmp_path / "d.py").as_uri()
+    client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 11,
+                                                            "text": "cl\n"}})
+    params = {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 2}}
+    first = await client.request(1, "textDocument/completion", params)
+    (item,) = first["result"]["items"]
+    assert item["textEdit"]["newText"] == "cl.data[key]"
+    request = {"jsonrpc": "2.0", "id": 2, "method": "textDocument/completion", "params": params}
+    client.send_raw(_frames(request, _did_change(uri, 12, 0, 1, 2, ""), _did_change(uri, 13, 0, 1, 1, "ß")))
+    answer = await client.answer(2)
+    for item in answer["result"]["items"]:  # answered from what was computed for version 11's text
+        assert item["textEdit"]["newText"].startswith("cl"), item
+        assert item["textEdit"]["range"] == {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 2}}
+    assert answer["result"]["items"], "the completion computed for this very text is at hand"
+    digest = (await client.request(3, "memosight/status", {"digests": True}))["result"]["digests"][uri]
+    from memosight.server.documents import text_digest
+    assert digest == text_digest("cß\n")  # and the edits were applied after it

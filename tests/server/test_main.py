@@ -96,6 +96,47 @@ def test_exit_after_shutdown_quits_at_once_with_a_model_loaded(repeater_model_di
     assert code == 0 and seconds < 2.0
 
 
+def test_stdin_closed_with_work_in_flight_on_every_thread_exits_with_a_code_not_a_signal():
+    # Issue 41: an editor that closes the pipe while generations, warm-ups and prefetches run got a
+    # SIGABRT (a thread still in torch while the interpreter went down); 2 of 4 runs here before.
+    import asyncio
+    import os
+
+    from memosight.server.commands.lsp_client import LspProcess
+
+    text = "import os\n\n" + "".join(f"def f{i}(a, b):\n    return a + b * {i}\n\n" for i in range(60))
+    text += "def main():\n    \n"
+    uri, last = "file:///t.py", text.count("\n") - 1
+
+    async def once() -> int:
+        lsp = LspProcess([sys.executable, "-m", "memosight.server", "--stdio"], env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        await lsp.start()
+        await lsp.call("initialize", {"processId": None, "rootUri": None, "capabilities": {}})  # the embedded model
+        lsp.notify("initialized", {})
+        lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                             "text": text}})
+        position = {"line": last, "character": 4}
+        await lsp.call("textDocument/inlineCompletion", {"textDocument": {"uri": uri}, "position": position,
+                                                         "context": {"triggerKind": 1}})  # loaded; a prefetch runs
+        pending = []
+        for i, ch in enumerate("result = f1("):  # typed: a warm-up per edit, a generation per request
+            lsp.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": i + 2}, "contentChanges": [
+                {"range": {"start": {"line": last, "character": 4 + i}, "end": {"line": last, "character": 4 + i}},
+                 "text": ch}]})
+            pending.append(asyncio.ensure_future(lsp.call("textDocument/inlineCompletion", {
+                "textDocument": {"uri": uri}, "position": {"line": last, "character": 5 + i},
+                "context": {"triggerKind": 1}})))
+        await asyncio.sleep(0.05)
+        lsp.proc.stdin.close()  # no shutdown, no exit: the editor is gone
+        code = await asyncio.wait_for(lsp.proc.wait(), 60)
+        for future in pending:
+            future.cancel()
+        return code
+
+    codes = [asyncio.run(once()) for _ in range(3)]
+    assert all(code in (0, 1) for code in codes), codes
+
+
 def test_tcp_takes_one_client_and_a_reset_connection_ends_the_session(tmp_path, scripted_engine):
     import struct
     import threading

@@ -384,10 +384,25 @@ async def test_a_connection_matches_the_client_s_answers_to_its_own_requests():
 
 async def test_execute_command_counts_what_was_accepted_and_refuses_other_commands(tmp_path, raw_client):
     client = raw_client()
-    await opened(client, tmp_path)
-    assert (await client.request(1, "workspace/executeCommand", {"command": "memosight.accepted",
-                                                                 "arguments": [7]}))["result"] is None
-    refused = await client.request(2, "workspace/executeCommand", {"command": "other.thing"})
+    uri = await opened(client, tmp_path)
+
+    async def accept(msg_id, *arguments):
+        assert (await client.request(msg_id, "workspace/executeCommand", {"command": "memosight.accepted",
+                                                                          "arguments": list(arguments)}))["result"] is None
+        requests = (await client.request(f"s{msg_id}", "memosight/status"))["result"]["requests"]
+        return requests["accepted"], requests["accepted_chars"]
+
+    assert await accept(1, 7) == (0, 0)  # nothing was suggested yet: nothing can have been taken
+    shown = (await client.request(2, "textDocument/inlineCompletion", inline_params({"line": 1, "character": 12},
+                                                                                    uri=uri)))["result"]["items"]
+    length = len(shown[0]["insertText"])
+    assert length > 7
+    assert await accept(3, 7) == (1, 7)
+    assert await accept(4, 7) == (1, 7)  # one suggestion, taken once
+    again = await client.request(5, "textDocument/inlineCompletion", inline_params({"line": 0, "character": 8},
+                                                                                   uri=uri))
+    longest = max(length, len(again["result"]["items"][0]["insertText"]))
+    # a client's number that cannot be true (it sent 4e30 once) counts as the longest suggestion
+    assert await accept(6, 4 * 10**30) == (2, 7 + longest)
+    refused = await client.request(7, "workspace/executeCommand", {"command": "other.thing"})
     assert refused["error"]["code"] == -32602 and "memosight.accepted" in refused["error"]["message"]
-    requests = (await client.request(3, "memosight/status"))["result"]["requests"]
-    assert (requests["accepted"], requests["accepted_chars"]) == (1, 7)

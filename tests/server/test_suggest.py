@@ -7,12 +7,13 @@ from memosight.engine.protocol import EngineInfo
 from memosight.server.config import Settings
 from memosight.server.documents import Document
 from memosight.server.mode import SINGLE_LINE_MAX_TOKENS
+from memosight.server.requests import Ticket
 from memosight.server.suggest import Suggester
 
 
 async def suggest(suggester: Suggester, doc: Document, cursor: int, settings: Settings, **kwargs):
     """The suggestion (or None), checking that the request brought no message for the user."""
-    answer = await suggester.suggest(doc, cursor, settings, **kwargs)
+    answer = await suggester.suggest(Ticket.of(doc, cursor), settings, **kwargs)
     assert answer.messages == []
     return answer.suggestion
 
@@ -301,11 +302,11 @@ def test_a_model_that_fails_to_load_is_reported_in_the_answer_and_the_defaults_u
 
     suggester = Suggester(load)
     doc = Document("file:///a.py", "x = \n", "python")
-    answer = asyncio.run(suggester.suggest(doc, 4, Settings(model="/nope")))
+    answer = asyncio.run(suggester.suggest(Ticket.of(doc, 4), Settings(model="/nope")))
     assert answer.suggestion.text == "ok"
     (message,) = answer.messages
     assert "'/nope' does not exist" in message and "default model" in message
-    assert asyncio.run(suggester.suggest(doc, 4, Settings(model="/nope"))).messages == []  # said once
+    assert asyncio.run(suggester.suggest(Ticket.of(doc, 4), Settings(model="/nope"))).messages == []  # said once
     suggester.shutdown()
     assert engine.closed or _eventually_closed(engine)
 
@@ -326,7 +327,7 @@ def test_a_request_whose_document_changed_before_it_ran_is_dropped(scripted_engi
 
     async def scenario():
         asyncio.run_coroutine_threadsafe  # noqa: B018 - the request waits for the engine thread
-        pending = asyncio.ensure_future(suggester.suggest(doc, 4, Settings()))
+        pending = asyncio.ensure_future(suggester.suggest(Ticket.of(doc, 4), Settings()))
         await asyncio.sleep(0)  # the request has seen version 0 and is queued
         doc.apply_change("y", doc.position_at(4), doc.position_at(4))
         doc.version += 1
@@ -382,7 +383,7 @@ def test_a_remote_backend_answers_through_the_same_suggester_and_a_dead_one_is_s
     assert suggester.status(settings)["backend"]["state"] == "ok"
     server.stop()
     doc = Document("file:///a.py", "for thing in \n", "python")  # not a context whose completion is cached
-    first = asyncio.run(suggester.suggest(doc, 13, settings))
-    second = asyncio.run(suggester.suggest(doc, 13, settings))
+    first = asyncio.run(suggester.suggest(Ticket.of(doc, 13), settings))
+    second = asyncio.run(suggester.suggest(Ticket.of(doc, 13), settings))
     assert first.suggestion is None and len(first.messages) == 1 and "cannot reach the server" in first.messages[0]
     assert second.suggestion is None and second.messages == []  # once an hour, not once a keystroke
