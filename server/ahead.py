@@ -115,6 +115,9 @@ class Ahead:
         self.stop_warm_up(uri)
         self.stop_prefetch(uri)
 
+    def memory(self) -> dict:
+        return {"warm_ups": len(self._warm_ups), "prefetches": len(self._prefetches)}
+
     def holds(self, uri: str) -> bool:
         """Whether a warm-up or a prefetch of `uri` is pending."""
         return uri in self._warm_ups or uri in self._prefetches

@@ -382,6 +382,13 @@ class DocumentStore:
     def all(self) -> list[Document]:
         return list(self._docs.values())
 
+    def memory(self) -> dict:
+        """What the documents hold, for memosight/status's memory report."""
+        return {"open": len(self._docs), "open_chars": sum(len(d.text) for d in self._docs.values()),
+                "open_estimate_mb": round(self.open_bytes() / 2**20, 1), "recently_closed": len(self._closed),
+                "recently_closed_chars": sum(len(d.text) for d in self._closed.values()),
+                "parse_trees_cached": len(_PARSED_TREES)}
+
     def recent(self) -> list[Document]:
         """The open documents, most recently edited or opened first, then those closed lately."""
         return list(reversed(self._docs.values())) + list(reversed(self._closed.values()))

@@ -260,6 +260,7 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
         out["recent_rows"] = {d.uri: list(d.recent_rows) for d in ls.documents.all() if d.recent_rows}
         out["settings"] = dataclasses.asdict(ls.settings)
         out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
+        out["memory"] = memory_report(ls, out)
         if _field(params, "digests") is True:  # {"digests": true}: what the fuzz harness checks texts by
             out["digests"] = {d.uri: text_digest(d.text) for d in ls.documents.all()}
         return out
@@ -391,6 +392,26 @@ async def _suggest(ls: MemoSightServer, ticket: Ticket, position: types.Position
         # state overtook, which clients drop silently
         raise RequestError(CONTENT_MODIFIED, f"Content modified: {uri} was closed while the request was in flight")
     return answer.suggestion
+
+
+def memory_report(ls: MemoSightServer, status: dict) -> dict:
+    """What each bounded structure holds now, beside the process's memory (bench fuzz reads it at
+    its peak): documents, caches, requests in flight, the engine's KV cache of earlier prompts."""
+    tree = ((status.get("cache") or {}).get("prefix_tree") or {})
+    index = ls.workspace_index
+    return {"rss_mb": _rss_mb(), "peak_rss_mb": status["peak_rss_mb"], "documents": ls.documents.memory(),
+            "completion_cache_entries": status["completion_cache"]["entries"],
+            "requests_in_flight": ls.connection.in_flight(), **ls.suggester.memory(),
+            "workspace_files": 0 if index is None else len(index),
+            "kv_prefix_tree_mb": round(tree.get("bytes", 0) / 2**20, 1)}
+
+
+def _rss_mb() -> float | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def wants_partials(ls: MemoSightServer) -> bool:

@@ -354,6 +354,10 @@ class Suggester:
             "root": str(index.root), "files": len(index), "indexed": index.ready.is_set()}
         return out
 
+    def memory(self) -> dict:
+        """What the request side holds: runs kept per document, work ahead, the context's caches."""
+        return {"jobs": len(self._jobs), **self.ahead.memory(), "context_caches": self.context.compressor.cache_entries()}
+
     def close(self) -> None:
         """For a command that exits next: stop, wait for the engine thread, and close the engine on
         this thread."""

@@ -67,6 +67,11 @@ class ContextCompressor:
         self._windows = LRU(cache_size)  # uri -> the last near window (see _window)
         self._token_counts = LRU(50_000)
 
+    def cache_entries(self) -> int:
+        """Entries in the caches above (for memosight/status's memory report)."""
+        return sum(len(c) for c in (self._far_parts, self._near_starts, self._near_suffixes, self._suffixes,
+                                    self._windows, self._token_counts))
+
     # --- tokens ---------------------------------------------------------------------------------
 
     def _count(self, text: str, count_tokens: Callable[[str], int]) -> int:

@@ -186,6 +186,10 @@ async def test_status_counts_requests_and_accepted_suggestions(tmp_path, lsp_ses
         assert info["state"] == "ready" and info["model"] == "scripted"
         assert info["requests"]["accepted"] == 1 and info["requests"]["completed"] == 1
         assert info["requests"]["accepted_chars"] == 4 and info["documents"] == 1
+        memory = info["memory"]  # what each bounded structure holds, beside the process's memory
+        assert memory["documents"]["open"] == 1 and memory["documents"]["open_chars"] == len(SOURCE)
+        assert memory["completion_cache_entries"] == info["completion_cache"]["entries"] >= 1
+        assert 0 < memory["rss_mb"] <= memory["peak_rss_mb"]
 
 
 async def test_typing_into_a_suggestion_is_answered_without_the_engine(tmp_path, lsp_session, scripted_engine):
