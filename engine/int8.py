@@ -128,6 +128,25 @@ def _outlier_sums(rows: torch.Tensor, channels: torch.Tensor, qweight: torch.Ten
     return sums.mul_(scale).mul_(loud_scale), rows.index_fill(1, channels, 0.0)
 
 
+QUANTIZE_ROWS = 4096  # rows of a weight quantized at a time
+
+
+def _quantized_rows(weight: torch.Tensor, levels: int, outliers: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int8 weight, per-row scale): each row rounded to `levels` of its largest magnitude, the
+    `outliers` channels left out (they form their own group). A block of rows at a time: whole, the
+    temporaries of Qwen2.5-Coder-0.5B's 151,936-row output layer took 1.6 GB (issue 41)."""
+    qweight = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
+    scale = torch.empty(weight.shape[0], dtype=torch.float32, device=weight.device)
+    for start in range(0, weight.shape[0], QUANTIZE_ROWS):
+        rows = weight[start:start + QUANTIZE_ROWS].float()
+        if outliers is not None:
+            rows = rows.index_fill(1, outliers, 0.0)
+        row_scale = rows.abs().amax(dim=1).clamp_min(1e-8) / levels
+        qweight[start:start + QUANTIZE_ROWS] = torch.round(rows / row_scale[:, None]).clamp(-levels, levels)
+        scale[start:start + QUANTIZE_ROWS] = row_scale
+    return qweight, scale
+
+
 class Int8Linear(nn.Module):
     def __init__(self, linear: nn.Linear | None = None, weight_only: bool = False,
                  input_absmax: torch.Tensor | None = None):
@@ -138,19 +157,17 @@ class Int8Linear(nn.Module):
         self.register_buffer("outliers", None)
         if linear is None:  # filled in by `fused`
             return
-        weight = linear.weight.detach().float()
+        weight = linear.weight.detach()  # float32 where it is used, a block at a time (_quantized_rows)
         if input_absmax is not None and not weight_only and weight.shape[1] > 4 * OUTLIER_CHANNELS:
             channels = torch.topk(input_absmax.float(), OUTLIER_CHANNELS).indices.sort().values
-            loud = weight[:, channels]  # (out, k)
+            loud = weight[:, channels].float()  # (out, k)
             loud_scale = loud.abs().amax(dim=1).clamp_min(1e-8) / 127.0
             self.register_buffer("outliers", channels)
             self.register_buffer("outlier_qweight",
                                  torch.round(loud / loud_scale[:, None]).clamp(-127, 127).to(torch.int8))
             self.register_buffer("outlier_scale", loud_scale)
-            weight = weight.index_fill(1, channels, 0.0)  # the main group leaves them out
-        levels = weight_levels() if not weight_only else 127
-        scale = weight.abs().amax(dim=1).clamp_min(1e-8) / levels  # per output channel
-        self.register_buffer("qweight", torch.round(weight / scale[:, None]).clamp(-levels, levels).to(torch.int8))
+        qweight, scale = _quantized_rows(weight, weight_levels() if not weight_only else 127, self.outliers)
+        self.register_buffer("qweight", qweight)
         self.register_buffer("scale", scale)
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float())
         self.dtype = linear.weight.dtype  # the activations' dtype, which outputs keep
@@ -314,10 +331,17 @@ def _input_absmax(model: nn.Module, ids: torch.Tensor, chunk: int = 512) -> dict
         absmax[layer] = seen if layer not in absmax else torch.maximum(absmax[layer], seen)
 
     hooks = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, nn.Linear)]
+    head = model.get_output_embeddings() if hasattr(model, "base_model") else None
     try:
         device = next(model.parameters()).device
         for start in range(0, ids.shape[1], chunk):
-            model(ids[:, start:start + chunk].to(device))
+            if isinstance(head, nn.Linear):
+                # the output layer's input is the base model's last hidden state: read there, the
+                # logits of a chunk (Qwen2.5-Coder's 151,936 per token: 311 MB) are never made
+                hidden = model.base_model(ids[:, start:start + chunk].to(device)).last_hidden_state
+                record(head, (hidden,), None)
+            else:
+                model(ids[:, start:start + chunk].to(device))
     finally:
         for hook in hooks:
             hook.remove()

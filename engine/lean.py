@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from .int8 import Int8Linear
+from .memory import give_back
 
 # Architectures whose decoder layer is exactly: RMSNorm, attention (q/k/v/o, RoPE), RMSNorm, SiLU MLP.
 SUPPORTED = {"LlamaForCausalLM", "Qwen2ForCausalLM"}
@@ -44,6 +45,7 @@ def decoder_for(model) -> "LeanDecoder | None":
         # New, or converted in place since (dtype "auto" measures in float32, then `.to(bfloat16)` or
         # int8 layers): a decoder built before would still hold the old weights, fused and packed.
         _decoders[model] = built = (signature, LeanDecoder.build(model))
+        give_back()  # the weights it fused were freed in pieces the heap would otherwise keep
     return built[1]
 
 

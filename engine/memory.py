@@ -29,6 +29,17 @@ def _malloc_trim():
         return None
 
 
+def give_back() -> None:
+    """Return what the heap holds free to the system now: after a load, whose temporaries
+    (dequantized tensors, dtype candidates) were freed in pieces glibc keeps for reuse."""
+    import gc
+
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
 class HeapTrimmer:
     """A daemon thread that trims the heap every `every_s` seconds after `touch()` was called."""
 

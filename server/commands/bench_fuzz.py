@@ -1,11 +1,24 @@
-"""`memosight bench fuzz [--seeds 5] [--messages 10000] [--json]`: a hostile client, at scale, on a real server.
+"""`memosight bench fuzz [--seeds 5] [--messages 10000] [--no-heavy] [--json]`: a hostile client, at
+scale, on a real server.
 
-For each seed a fresh `memosight-lsp --stdio` (the embedded model, or --model) gets the seeded stream
-of fuzz_stream.py as fast as it reads it, then `exit` without `shutdown`. Checked for every seed:
-every well-formed request was answered exactly once; every document the server holds equals the
-client's copy (memosight/status {"digests": true}); it still completes in a new document; it exits
-on `exit`. Reported per seed: those checks, the messages by kind, seconds, and the server's peak
-resident memory (VmHWM: the most it ever held).
+For each seed a fresh `memosight-lsp --stdio` (the embedded model, or --model), once its model is
+loaded, gets the seeded stream of fuzz_stream.py as fast as it reads it (heavy documents of 5, 9 and
+--huge-mb MB among it, unless --no-heavy), with a `memosight/status` every 200 messages that
+nothing waits for. Then 40 edits around characters outside ASCII, each followed by the server's
+digest of that document; then the checks below; then a burst of completion requests and edits,
+and stdin closed with no shutdown or exit. A second, short-lived server per seed gets a burst while
+its model loads, then `exit` without `shutdown`.
+
+Checked for every seed: every well-formed request answered exactly once; every document the server
+holds equal to the client's copy (memosight/status {"digests": true}), and the non-ASCII document
+after each step; no completion request answered "not open" for a document open when it was sent,
+and no completion item built on another version of the document than the request's (its range and
+text checked against the client's copy as of the request); the client-fed acceptance counters
+within what the server answered; a completion in a new document; both servers leaving with code 0
+or 1, never by a signal. Reported beside them: the messages by kind, the latency of completion
+requests (sent to answered: p50, p95, max), the -32801 (content modified) and other error answers,
+seconds, and the server's peak resident memory (VmHWM: the most it ever held) beside its own
+memory report taken at the highest RSS it reported (what each bounded structure held then).
 """
 
 from __future__ import annotations
@@ -14,17 +27,42 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import itertools
 import json
 import os
+import signal
 import sys
 import time
+from dataclasses import dataclass, field
 
 from ..documents import text_digest
+from ..rpc import CONTENT_MODIFIED, INVALID_PARAMS
+from .bench_typing import percentile
 from .common import CommandError, add_json_argument, print_result, process_memory_mb, say
-from .fuzz_stream import SCRATCH, FuzzStream, encode, frame
+from .fuzz_stream import (
+    COMPLETION,
+    NON_ASCII_URI,
+    SCRATCH,
+    SMALL_CHARS,
+    Asked,
+    FuzzStream,
+    Message,
+    QuickText,
+    built_on_another_version,
+    encode,
+    frame,
+)
 from .lsp_client import read_frame
 
 ANSWER_TIMEOUT_S = 180.0  # for the last answers after the stream, a cold model included
+EXIT_TIMEOUT_S = 15.0  # for a server to leave once its client is gone
+STATUS = "memosight/status"
+MEMORY_POLL_EVERY = 200  # messages between two memory reports asked during the stream
+POLL_ID = "check-memory-"  # their ids; nothing waits for their answers
+NON_ASCII_STEPS = 40
+BURST_ROUNDS, BURST_PAUSE_S = 24, 0.3  # the burst before leaving: twice this many requests, a pause between
+# No acceptance is longer than the longest suggestion: 64 tokens of at most 32 characters.
+MAX_ACCEPTED_CHARS = 64 * 32
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--messages", type=int, default=10_000, help="messages a run (default 10000)")
     parser.add_argument("--model", help="model for the server (default: the embedded model)")
-    parser.add_argument("--huge-mb", type=float, default=12.0, help="size of the huge documents (default 12 MB)")
+    parser.add_argument("--heavy", action=argparse.BooleanOptionalAction, default=True,
+                        help="heavy documents in the stream: 5 MB, 9 MB (over the 8 MB completion limit) and "
+                             "--huge-mb in turn, with 50,000-character lines (default on; --no-heavy: a run to "
+                             "compare latency and memory with)")
+    parser.add_argument("--huge-mb", type=float, default=12.0,
+                        help="size of the largest heavy documents (default 12 MB)")
     parser.add_argument("--stalled-requests", type=int, default=3000,
                         help="then a client that sends this many requests while not reading (0: none)")
     parser.add_argument("--stall-s", type=float, default=20.0, help="how long it does not read (default 20 s)")
@@ -40,12 +83,132 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_json_argument(parser)
 
 
+# --- what the answers are checked against ------------------------------------------------------------
+
+
+def latency_summary(latencies_ms: list[float]) -> dict:
+    return {"count": len(latencies_ms), "p50": percentile(latencies_ms, 0.5), "p95": percentile(latencies_ms, 0.95),
+            "max": round(max(latencies_ms), 1) if latencies_ms else None}
+
+
+def completion_items(result) -> list:
+    """The items of a completion or inline completion answer (a list, or an object with `items`)."""
+    items = result.get("items") if isinstance(result, dict) else result
+    return items if isinstance(items, list) else []
+
+
+@dataclass
+class AnswerTally:
+    """The answers to completion requests, each checked against the document as its request saw it
+    (fuzz_stream.Asked), and how long each took from sending to answer."""
+    latencies_ms: list[float] = field(default_factory=list)
+    heavy_latencies_ms: list[float] = field(default_factory=list)  # those of requests in heavy documents
+    not_open: int = 0  # -32602 "... is not open": the document was open when the request was sent
+    content_modified: int = 0  # -32801: closed (or opened anew) behind the request, LSP's answer for that
+    other_errors: collections.Counter = field(default_factory=collections.Counter)  # by code (-32800: cancelled)
+    items_checked: int = 0  # textDocument/completion items with a range
+    on_another_version: int = 0
+    examples: dict[str, list] = field(default_factory=dict)  # the first wrong answers of each kind, to look into
+
+    def add(self, asked: Asked, answer: dict, answered_at: float) -> None:
+        self.latencies_ms.append((answered_at - asked.sent_at) * 1000)
+        if len(asked.text) >= SMALL_CHARS:
+            self.heavy_latencies_ms.append(self.latencies_ms[-1])
+        error = answer.get("error")
+        if isinstance(error, dict):
+            self._error(asked, answer.get("id"), error)
+            return
+        for item in completion_items(answer.get("result")) if asked.method == COMPLETION else []:
+            self.items_checked += isinstance(item, dict) and "textEdit" in item
+            if built_on_another_version(asked, item):
+                self.on_another_version += 1
+                self._example("built on another version", asked, answer.get("id"), item)
+
+    def _error(self, asked: Asked, msg_id, error: dict) -> None:
+        code = error.get("code")
+        if code == INVALID_PARAMS and "not open" in str(error.get("message")):
+            self.not_open += 1
+            self._example("not open", asked, msg_id, error)
+        elif code == CONTENT_MODIFIED:
+            self.content_modified += 1
+        else:
+            self.other_errors[str(code)] += 1
+
+    def _example(self, what: str, asked: Asked, msg_id, answer) -> None:
+        examples = self.examples.setdefault(what, [])
+        if len(examples) < 3:
+            cursor = QuickText(asked.text).offset(*asked.position)
+            examples.append({"id": msg_id, "method": asked.method, "uri": asked.uri, "version": asked.version,
+                             "position": list(asked.position),
+                             "text_before_cursor": asked.text[max(0, cursor - 40):cursor], "answer": answer})
+
+    def to_json(self) -> dict:
+        return {"latency_ms": latency_summary(self.latencies_ms),
+                "latency_in_heavy_documents_ms": latency_summary(self.heavy_latencies_ms), "not_open": self.not_open,
+                "content_modified": self.content_modified, "other_errors": dict(self.other_errors),
+                "items_checked": self.items_checked, "built_on_another_version": self.on_another_version,
+                "examples": self.examples}
+
+
+def acceptances_bounded(requests: dict) -> bool:
+    """The counters the client feeds (memosight.accepted) kept to what can be true: no more
+    acceptances than completions answered, none longer than a suggestion can be."""
+    completed = requests.get("completed", 0)
+    return (requests.get("accepted", 0) <= completed
+            and requests.get("accepted_chars", 0) <= completed * MAX_ACCEPTED_CHARS)
+
+
+@dataclass
+class MemoryWatch:
+    """The server's memosight/status answers through a run: its memory report taken at the highest
+    RSS it reported, and whether its acceptance counters stayed bounded in every one."""
+    reports: int = 0
+    at_peak: dict | None = None
+    counters: dict = field(default_factory=dict)  # the last report's completed/accepted/accepted_chars
+    unbounded_reports: int = 0
+
+    def add(self, status: dict) -> None:
+        self.reports += 1
+        memory = status.get("memory")
+        if isinstance(memory, dict) and (memory.get("rss_mb") or 0) >= ((self.at_peak or {}).get("rss_mb") or 0):
+            self.at_peak = memory
+        requests = status.get("requests") or {}
+        self.counters = {k: requests.get(k) for k in ("completed", "accepted", "accepted_chars")}
+        self.unbounded_reports += not acceptances_bounded(requests)
+
+    def bounded(self) -> bool:
+        return self.reports > 0 and self.unbounded_reports == 0
+
+
+# --- the server --------------------------------------------------------------------------------------
+
+
+def server_command() -> list[str]:
+    return [sys.executable, "-m", "memosight.server", "--stdio"]
+
+
+def server_env() -> dict:
+    return {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+
+
+def left_cleanly(code: int | None) -> bool:
+    """0 or 1 (exit after shutdown or not); None: it did not leave; below 0: a signal ended it."""
+    return code in (0, 1)
+
+
 class RawServer:
-    """memosight-lsp over pipes, written to in raw bytes; every frame it sends is read and counted."""
+    """memosight-lsp over pipes, written to in raw bytes; every frame it sends is read and counted,
+    and the answers to completion requests checked as they come."""
 
     def __init__(self, command: list[str]):
         self.command = command
         self.answers: collections.Counter = collections.Counter()  # json.dumps(id) -> answers
+        self.expected: list[str] = []  # the well-formed requests sent, json.dumps(id)
+        self.kinds: collections.Counter = collections.Counter()  # the messages sent, by kind
+        self.asked: dict[str, Asked] = {}  # completion requests not answered yet, by json.dumps(id)
+        self.tally = AnswerTally()
+        self.memory = MemoryWatch()
+        self.polls = 0
         self.results: dict[str, dict] = {}  # the answers to the harness's own checks, by id
         self.messages_shown = 0
         self.bad_frames = 0  # frames from the server that are not strict JSON-RPC
@@ -55,7 +218,7 @@ class RawServer:
         stderr = open(log_path, "wb") if log_path else asyncio.subprocess.DEVNULL
         self.proc = await asyncio.create_subprocess_exec(
             *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr,
-            env={**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}, limit=2**26)
+            env=server_env(), limit=2**26)
         self.reader = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
@@ -70,14 +233,50 @@ class RawServer:
             elif message.get("method") == "window/showMessage":
                 self.messages_shown += 1
             elif "id" in message:
-                key = json.dumps(message["id"])
-                self.answers[key] += 1
-                if isinstance(message["id"], str) and message["id"].startswith("check-"):
-                    self.results[message["id"]] = message
+                self._answered(message)
+
+    def _answered(self, message: dict) -> None:
+        key = json.dumps(message["id"])
+        self.answers[key] += 1
+        asked = self.asked.pop(key, None)
+        if asked is not None:
+            self.tally.add(asked, message, time.perf_counter())
+        msg_id = message["id"]
+        if isinstance(msg_id, str) and msg_id.startswith("check-"):
+            result = message.get("result")
+            if isinstance(result, dict) and "requests" in result:  # a status answer: counters, memory report
+                self.memory.add(result)
+            if not msg_id.startswith(POLL_ID):
+                self.results[msg_id] = message
 
     async def write(self, data: bytes) -> None:
         self.proc.stdin.write(data)
         await self.proc.stdin.drain()
+
+    async def send(self, message: Message) -> Message:
+        """A message of the stream: its requests are expected to be answered, each once; a completion
+        request's answer is checked against what the request saw."""
+        self.kinds[message.kind] += 1
+        self.expected.extend(json.dumps(i) for i in message.request_ids)
+        if message.asked is not None:
+            message.asked.sent_at = time.perf_counter()
+            self.asked[json.dumps(message.request_ids[0])] = message.asked
+        await self.write(message.data)
+        return message
+
+    async def answer_to(self, message: Message) -> None:
+        """Wait until each request of `message` is answered."""
+        deadline = time.monotonic() + ANSWER_TIMEOUT_S
+        while any(self.answers[json.dumps(i)] == 0 for i in message.request_ids):
+            if time.monotonic() > deadline or self.reader.done():
+                raise TimeoutError("no answer to a completion request")
+            await asyncio.sleep(0.01)
+
+    async def poll_memory(self) -> None:
+        """A memosight/status that nothing waits for: its memory report is read as it comes."""
+        self.polls += 1
+        await self.write(frame(encode({"jsonrpc": "2.0", "id": f"{POLL_ID}{self.polls}", "method": STATUS,
+                                       "params": {}})))
 
     async def check(self, name: str, method: str, params) -> dict:
         msg_id = f"check-{name}"
@@ -89,63 +288,164 @@ class RawServer:
             await asyncio.sleep(0.02)
         return self.results[msg_id]
 
+    def unanswered(self) -> int:
+        return sum(self.answers[k] == 0 for k in self.expected)
 
-async def fuzz_one(seed: int, args) -> dict:
-    command = [sys.executable, "-m", "memosight.server", "--stdio"]
-    server = RawServer(command)
-    await server.start(f"{args.server_log}-{seed}.log" if args.server_log else None)
-    stream = FuzzStream(seed, args.huge_mb)
-    kinds: collections.Counter = collections.Counter()
-    expected: list[str] = []
-    started = time.perf_counter()
+    def answered_twice(self) -> int:
+        return sum(self.answers[k] > 1 for k in self.expected)
+
+    async def wait_exit(self) -> int | None:
+        """Its exit code (below 0: the signal that ended it); None if it did not leave within
+        EXIT_TIMEOUT_S (then it is killed)."""
+        try:
+            code = await asyncio.wait_for(self.proc.wait(), EXIT_TIMEOUT_S)
+        except TimeoutError:
+            code = None
+            self.proc.kill()
+            await self.proc.wait()
+        self.reader.cancel()
+        return code
+
+
+async def initialize(server: RawServer, args) -> None:
     options = {"model": args.model} if args.model else {}
     await server.write(frame(encode({"jsonrpc": "2.0", "id": "check-init", "method": "initialize", "params": {
         "processId": os.getpid(), "rootUri": None, "capabilities": {}, "initializationOptions": options}})))
     await server.write(frame(encode({"jsonrpc": "2.0", "method": "initialized", "params": {}})))
-    crashed = None
-    try:
-        for message in stream.opening() + [stream.next() for _ in range(args.messages)]:
-            kinds[message.kind] += 1
-            if message.request_id is not None:
-                expected.append(json.dumps(message.request_id))
-            await server.write(message.data)
-        sent_s = time.perf_counter() - started
-        deadline = time.monotonic() + ANSWER_TIMEOUT_S
-        while any(server.answers[k] == 0 for k in expected) and time.monotonic() < deadline \
-                and not server.reader.done():
-            await asyncio.sleep(0.05)
-        digests = (await server.check("digests", "memosight/status", {"digests": True}))["result"]["digests"]
-        final = "file:///fuzz/final.py"
-        await server.write(frame(encode({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {
-            "textDocument": {"uri": final, "languageId": "python", "version": 1,
-                             "text": "def add(a, b):\n    return a + b\n\n\ndef main():\n    \n"}}})))
-        completion = await server.check("final", "textDocument/inlineCompletion", {
-            "textDocument": {"uri": final}, "position": {"line": 5, "character": 4}, "context": {"triggerKind": 1}})
-    except (ConnectionError, TimeoutError, BrokenPipeError) as exc:
-        crashed, digests, completion, sent_s = str(exc), {}, {}, time.perf_counter() - started
-    peak = process_memory_mb(server.proc.pid, "VmHWM")
+
+
+def log_path(args, name) -> str | None:
+    return f"{args.server_log}-{name}.log" if args.server_log else None
+
+
+# --- a seed's run, phase by phase ---------------------------------------------------------------------
+
+
+async def send_stream(server: RawServer, stream: FuzzStream, messages: int) -> None:
+    """The stream, made as it is sent (its heavy documents are not all held at once), with a memory
+    report asked every MEMORY_POLL_EVERY messages."""
+    for i, message in enumerate(itertools.chain(stream.opening(), (stream.next() for _ in range(messages)))):
+        await server.send(message)
+        if i % MEMORY_POLL_EVERY == 0:
+            await server.poll_memory()
+
+
+async def wait_for_answers(server: RawServer) -> None:
+    deadline = time.monotonic() + ANSWER_TIMEOUT_S
+    while server.unanswered() and time.monotonic() < deadline and not server.reader.done():
+        await asyncio.sleep(0.05)
+
+
+async def non_ascii_phase(server: RawServer, stream: FuzzStream) -> int:
+    """NON_ASCII_STEPS edits around characters outside ASCII, the server's digest of the document
+    asked after each: the steps after which it differed from the client's copy."""
+    await server.send(stream.non_ascii_document())
+    differ = 0
+    for step in range(NON_ASCII_STEPS):
+        again = step % 2 == 0  # a completion answered first: the same request behind the edit hits the cache
+        if again:
+            await server.answer_to(await server.send(stream.non_ascii_ask()))
+        await server.send(stream.non_ascii_step(again))
+        digests = (await server.check(f"non-ascii-{step}", STATUS, {"digests": True}))["result"]["digests"]
+        differ += digests.get(NON_ASCII_URI) != text_digest(stream.docs[NON_ASCII_URI].text)
+    return differ
+
+
+async def completes_in_a_new_document(server: RawServer, name: str) -> bool:
+    uri = f"file:///fuzz/{name}.py"
+    await server.write(frame(encode({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {
+        "textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                         "text": "def add(a, b):\n    return a + b\n\n\ndef main():\n    \n"}}})))
+    completion = await server.check(name, "textDocument/inlineCompletion", {
+        "textDocument": {"uri": uri}, "position": {"line": 5, "character": 4}, "context": {"triggerKind": 1}})
+    return "result" in completion
+
+
+async def close_with_work_in_flight(server: RawServer, stream: FuzzStream) -> int | None:
+    """The end of a seed's run: a burst of completion requests and edits, a pause for generations to
+    start and answers to go out (prefetches follow them), a second burst, then stdin closed with no
+    shutdown or exit. A server that once left this way died of SIGABRT. Its exit code."""
     with contextlib.suppress(ConnectionError, BrokenPipeError):
-        await server.write(frame(encode({"jsonrpc": "2.0", "method": "exit"})))  # no shutdown first
+        for message in stream.burst(BURST_ROUNDS):
+            await server.send(message)
+        await asyncio.sleep(BURST_PAUSE_S)
+        for message in stream.burst(BURST_ROUNDS):
+            await server.send(message)
+    with contextlib.suppress(ConnectionError, BrokenPipeError):
+        server.proc.stdin.close()
+    return await server.wait_exit()
+
+
+async def exit_with_work_in_flight(args, seed: int) -> int | None:
+    """A second server for the seed: a few documents and a burst of completion requests and edits
+    while its model loads, then `exit` without `shutdown`. Its exit code (1: no shutdown came first)."""
+    server = RawServer(server_command())
+    await server.start(log_path(args, f"{seed}-exit"))
+    stream = FuzzStream(seed, heavy=False)
+    await initialize(server, args)
+    with contextlib.suppress(ConnectionError, BrokenPipeError):
+        for message in stream.opening() + stream.burst(BURST_ROUNDS):
+            await server.send(message)
+        await server.write(frame(encode({"jsonrpc": "2.0", "method": "exit"})))
+    return await server.wait_exit()
+
+
+async def fuzz_one(seed: int, args) -> tuple[dict, list[float]]:
+    """A seed's run: its figures, and the latencies of its completion requests (ms)."""
+    server = RawServer(server_command())
+    await server.start(log_path(args, seed))
+    stream = FuzzStream(seed, args.huge_mb, heavy=args.heavy)
+    started = time.perf_counter()
+    await initialize(server, args)
+    crashed, digests, completes, non_ascii_differ, sent_s = None, {}, False, None, None
     try:
-        code = await asyncio.wait_for(server.proc.wait(), 15)
-    except asyncio.TimeoutError:
-        code = None
-        server.proc.kill()
-        await server.proc.wait()
-    server.reader.cancel()
-    unanswered = sum(server.answers[k] == 0 for k in expected)
-    twice = sum(server.answers[k] > 1 for k in expected)
+        # the model loaded first: the latencies are the stream's, and its requests run generations
+        await completes_in_a_new_document(server, "ready")
+        stream_started = time.perf_counter()
+        await send_stream(server, stream, args.messages)
+        sent_s = time.perf_counter() - stream_started
+        await wait_for_answers(server)
+        non_ascii_differ = await non_ascii_phase(server, stream)
+        await server.send(stream.accepted_flood())  # now that completions were answered: the bound is theirs
+        await wait_for_answers(server)
+        digests = (await server.check("digests", STATUS, {"digests": True}))["result"]["digests"]
+        completes = await completes_in_a_new_document(server, "final")
+    except (ConnectionError, TimeoutError, BrokenPipeError) as exc:
+        crashed = str(exc)
+    except (KeyError, TypeError) as exc:  # a status answered with an error, or of another shape
+        crashed = f"an unexpected answer: {exc!r}"
+    sent_s = sent_s if sent_s is not None else time.perf_counter() - started  # it crashed: up to then
+    peak = process_memory_mb(server.proc.pid, "VmHWM")
+    # taken before the burst, which edits the client's copies and whose answers nobody waits for
+    unanswered, twice = server.unanswered(), server.answered_twice()
     checked = {u: m for u, m in stream.docs.items() if u != SCRATCH}
     differ = sorted(u for u, m in checked.items() if digests.get(u) != text_digest(m.text))
-    return {
-        "seed": seed, "messages": args.messages, "kinds": dict(kinds), "requests": len(expected),
+    closed_stdin_code = await close_with_work_in_flight(server, stream)
+    exit_code = await exit_with_work_in_flight(args, seed)
+    run = {
+        "seed": seed, "messages": args.messages, "kinds": dict(server.kinds), "requests": len(server.expected),
         "unanswered": unanswered, "answered_twice": twice, "documents_checked": len(checked),
         "documents_differ": differ[:10], "documents_differ_count": len(differ),
-        "completes_after": "result" in completion, "crashed": crashed, "exit_code": code,
-        "exited_on_exit_without_shutdown": code is not None, "peak_rss_mb": peak,
+        "non_ascii_steps": NON_ASCII_STEPS, "non_ascii_steps_differ": non_ascii_differ,
+        "completions": server.tally.to_json(),
+        "acceptances": {**server.memory.counters, "bounded": server.memory.bounded()},
+        "completes_after": completes, "crashed": crashed,
+        "closed_stdin_exit_code": closed_stdin_code, "left_on_closed_stdin": left_cleanly(closed_stdin_code),
+        "exit_code": exit_code, "exited_on_exit_without_shutdown": left_cleanly(exit_code),
+        "peak_rss_mb": peak, "memory_reports": server.memory.reports, "memory_at_peak": server.memory.at_peak,
         "messages_shown": server.messages_shown, "bad_frames_from_server": server.bad_frames,
         "send_s": round(sent_s, 1), "total_s": round(time.perf_counter() - started, 1),
     }
+    return run, server.tally.latencies_ms
+
+
+def run_passed(r: dict) -> bool:
+    answers = r["completions"]
+    return (r["unanswered"] == 0 and r["answered_twice"] == 0 and not r["documents_differ_count"]
+            and r["non_ascii_steps_differ"] == 0 and answers["not_open"] == 0
+            and answers["built_on_another_version"] == 0 and r["acceptances"]["bounded"]
+            and r["completes_after"] and not r["crashed"] and r["left_on_closed_stdin"]
+            and r["exited_on_exit_without_shutdown"] and not r["bad_frames_from_server"])
 
 
 def stalled_client(args) -> dict:
@@ -158,9 +458,8 @@ def stalled_client(args) -> dict:
     import threading
 
     log = open(f"{args.server_log}-stalled.log", "wb") if args.server_log else subprocess.DEVNULL
-    proc = subprocess.Popen([sys.executable, "-m", "memosight.server", "--stdio"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=log,
-                            env={**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")})
+    proc = subprocess.Popen(server_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                            env=server_env())
     uri, position = "file:///fuzz/stalled.py", {"line": 5, "character": 4}
     text = "def add(a, b):\n    return a + b\n\n\ndef main():\n    \n"
 
@@ -226,16 +525,16 @@ def stalled_client(args) -> dict:
 
 
 async def fuzz(args) -> dict:
-    runs = []
+    runs, latencies = [], []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
-        run = await fuzz_one(seed, args)
+        run, run_latencies = await fuzz_one(seed, args)
         runs.append(run)
+        latencies += run_latencies
+        lat = run["completions"]["latency_ms"]
         say(f"seed {seed}: {run['requests']} requests, {run['unanswered']} unanswered, "
-                      f"{run['documents_differ_count']} documents differ, peak {run['peak_rss_mb']} MB, "
-                      f"{run['total_s']} s")
-    ok = all(r["unanswered"] == 0 and r["answered_twice"] == 0 and not r["documents_differ_count"]
-             and r["completes_after"] and not r["crashed"] and r["exited_on_exit_without_shutdown"]
-             and not r["bad_frames_from_server"] for r in runs)
+            f"{run['documents_differ_count']} documents differ, completion p50 {lat['p50']} ms, "
+            f"peak {run['peak_rss_mb']} MB, {run['total_s']} s: {'passed' if run_passed(run) else 'FAILED'}")
+    ok = all(run_passed(r) for r in runs)
     stalled = None
     if args.stalled_requests:
         stalled = await asyncio.to_thread(stalled_client, args)
@@ -243,20 +542,64 @@ async def fuzz(args) -> dict:
             f"{stalled['rss_before_mb']} -> {stalled['rss_after_stall_mb']} MB")
         ok = ok and stalled["answered_once"] == stalled["requests"]
     peaks = [r["peak_rss_mb"] for r in runs if r["peak_rss_mb"] is not None]
-    return {"model": args.model or "embedded", "seeds": len(runs), "messages": sum(r["messages"] for r in runs),
-            "requests": sum(r["requests"] for r in runs), "all_checks_passed": ok,
-            "peak_rss_mb": max(peaks) if peaks else None, "runs": runs, "stalled_client": stalled}
+    return {"model": args.model or "embedded", "heavy": args.heavy, "seeds": len(runs),
+            "messages": sum(r["messages"] for r in runs), "requests": sum(r["requests"] for r in runs),
+            "all_checks_passed": ok, "peak_rss_mb": max(peaks) if peaks else None,
+            "completion_latency_ms": latency_summary(latencies), "runs": runs, "stalled_client": stalled}
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return f"still running after {EXIT_TIMEOUT_S:g} s (killed)"
+    if code < 0:
+        return f"KILLED BY {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+def describe_latency(lat: dict) -> str:
+    if not lat["count"]:
+        return "none"
+    return f"p50 {lat['p50']} ms, p95 {lat['p95']} ms, max {lat['max']} ms over {lat['count']}"
+
+
+def describe_memory(report: dict | None) -> str:
+    """A memory report as `name value` pairs, the nested ones in parentheses."""
+    if not report:
+        return "none"
+    return ", ".join(f"{k} ({', '.join(f'{k2} {v2}' for k2, v2 in v.items())})" if isinstance(v, dict) else f"{k} {v}"
+                     for k, v in report.items())
+
+
+def render_run(r: dict) -> list[str]:
+    c, acc = r["completions"], r["acceptances"]
+    crashed = f", CRASHED: {r['crashed']}" if r["crashed"] else ""
+    return [
+        (f"  seed {r['seed']}: {'passed' if run_passed(r) else 'FAILED'}; unanswered {r['unanswered']}, "
+         f"answered twice {r['answered_twice']}, documents differ {r['documents_differ_count']} of "
+         f"{r['documents_checked']}, completes after: {r['completes_after']}, {r['total_s']} s{crashed}"),
+        (f"    completion requests: latency {describe_latency(c['latency_ms'])} (in heavy documents: "
+         f"{describe_latency(c['latency_in_heavy_documents_ms'])}); answered 'not open' {c['not_open']}, "
+         f"items built on another version {c['built_on_another_version']} of {c['items_checked']} checked, "
+         f"content modified (-32801) {c['content_modified']}, other errors {c['other_errors'] or 'none'}"),
+        (f"    non-ASCII edits: {r['non_ascii_steps_differ']} of {r['non_ascii_steps']} steps differ by digest; "
+         f"acceptances {acc.get('accepted')} ({acc.get('accepted_chars')} chars) of {acc.get('completed')} "
+         f"completed: {'bounded' if acc['bounded'] else 'NOT BOUNDED'}"),
+        (f"    leaving with work in flight: stdin closed -> {describe_exit(r['closed_stdin_exit_code'])}; "
+         f"exit without shutdown -> {describe_exit(r['exit_code'])}"),
+        (f"    peak RSS {r['peak_rss_mb']} MB (VmHWM); the server's report at the highest RSS of "
+         f"{r['memory_reports']}: {describe_memory(r['memory_at_peak'])}"),
+    ]
 
 
 def render(result: dict) -> str:
-    lines = [f"{result['messages']} messages over {result['seeds']} seeds ({result['requests']} well-formed "
-             f"requests), model {result['model']}: {'every check passed' if result['all_checks_passed'] else 'CHECKS FAILED'}; "
-             f"peak RSS {result['peak_rss_mb']} MB"]
+    verdict = "every check passed" if result["all_checks_passed"] else "CHECKS FAILED"
+    head = (f"{result['messages']} messages over {result['seeds']} seeds ({result['requests']} well-formed "
+            f"requests), model {result['model']}, heavy documents {'on' if result['heavy'] else 'off'}: "
+            f"{verdict}; peak RSS {result['peak_rss_mb']} MB; completion latency "
+            f"{describe_latency(result['completion_latency_ms'])}")
+    lines = [head]
     for r in result["runs"]:
-        lines.append(f"  seed {r['seed']}: unanswered {r['unanswered']}, answered twice {r['answered_twice']}, "
-                     f"documents differ {r['documents_differ_count']} of {r['documents_checked']}, completes after: "
-                     f"{r['completes_after']}, exit code {r['exit_code']}, peak {r['peak_rss_mb']} MB, {r['total_s']} s"
-                     + (f", CRASHED: {r['crashed']}" if r["crashed"] else ""))
+        lines += render_run(r)
     st = result.get("stalled_client")
     if st:
         lines.append(f"  a client not reading for {st['stall_s']:g} s while sending {st['requests']} requests "

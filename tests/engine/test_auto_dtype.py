@@ -39,12 +39,13 @@ def test_a_candidate_that_disagrees_with_float32_is_never_chosen_however_fast(fl
     model, tokenizer = float_model
 
     def broken(model, dtype, tokenizer):  # a "fast" dtype whose outputs are wrong
+        model = copy.deepcopy(model)
         with torch.no_grad():
             for p in model.parameters():
                 p.copy_(torch.randn_like(p))
         return model
 
-    monkeypatch.setattr(auto_dtype, "as_dtype", broken)
+    monkeypatch.setattr(auto_dtype, "_candidate", broken)
     monkeypatch.setattr(auto_dtype, "_keystroke_ms", lambda m, ids: 1.0 if m is model else 0.001)
     choice = measure(model, tokenizer, native_bfloat16=True)
     assert choice.dtype == "float32"
@@ -53,13 +54,30 @@ def test_a_candidate_that_disagrees_with_float32_is_never_chosen_however_fast(fl
 
 def test_a_right_candidate_is_chosen_only_when_clearly_faster(float_model, monkeypatch):
     model, tokenizer = float_model
-    monkeypatch.setattr(auto_dtype, "as_dtype", lambda m, dtype, tokenizer: m)  # the same outputs: agreement 1.0
+    monkeypatch.setattr(auto_dtype, "_candidate", lambda m, dtype, tokenizer: m)  # the same outputs: agreement 1.0
     timings = iter([10.0, 9.5])  # float32, then int8 only 5% faster: inside the noise
     monkeypatch.setattr(auto_dtype, "_keystroke_ms", lambda m, ids: next(timings))
     assert measure(model, tokenizer, native_bfloat16=False).dtype == "float32"
     timings = iter([10.0, 5.0])
     choice = measure(model, tokenizer, native_bfloat16=False)
     assert choice.dtype == "int8" and choice.agreement["int8"] == 1.0
+
+
+@pytest.mark.parametrize("dtype", ["int8", "bfloat16"])
+def test_a_candidate_shares_the_float_models_weights_and_computes_as_a_converted_copy(float_model, dtype):
+    # measured beside the float32 model without a whole copy of it (issue 41: Qwen2.5-Coder-0.5B's
+    # first load), and left untouched by it
+    model, tokenizer = float_model
+    before = {name: p.clone() for name, p in model.state_dict().items()}
+    ids = torch.tensor([probe_ids(tokenizer)[:48]])
+    with torch.no_grad():
+        candidate = auto_dtype._candidate(model, dtype, tokenizer)
+        copied = as_dtype(copy.deepcopy(model), dtype, tokenizer)
+        assert torch.equal(candidate(ids).logits, copied(ids).logits)
+    if dtype == "int8":  # the embedding is the float model's own tensor, not a copy
+        assert candidate.get_input_embeddings().weight is model.get_input_embeddings().weight
+    assert all(torch.equal(before[name], p) for name, p in model.state_dict().items())
+    assert next(model.parameters()).dtype == torch.float32
 
 
 def test_the_choice_is_measured_once_per_cpu_and_model(float_model, cache, monkeypatch):

@@ -28,6 +28,19 @@ def test_a_gguf_file_loads_and_decodes_like_the_model_it_was_written_from(tiny_g
     assert engine.complete("def add(a, b):\n    ret", "\n", single_line=True).stop_reason
 
 
+def test_dequantized_one_tensor_at_a_time_the_weights_are_transformers_own(tiny_gguf, cache, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setattr(gguf, "SHARD_BYTES", 64 * 1024)  # several shards, as a real model's
+    folder = gguf.dequantized_folder(tiny_gguf)
+    assert len(list(folder.glob("model-*.safetensors"))) > 1 and (folder / "model.safetensors.index.json").is_file()
+    ours = AutoModelForCausalLM.from_pretrained(folder).state_dict()
+    theirs = AutoModelForCausalLM.from_pretrained(str(tiny_gguf.parent), gguf_file=tiny_gguf.name,
+                                                  dtype=torch.float32).state_dict()
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[name], theirs[name]) for name in ours)
+
+
 def test_the_second_start_loads_the_cached_folder(tiny_gguf, cache, monkeypatch):
     load_engine(str(tiny_gguf), device="cpu")
     (folder,) = (cache / "gguf").iterdir()

@@ -1,21 +1,68 @@
+import itertools
 import json
+import random
 
-from memosight.server.commands.fuzz_stream import SCRATCH, FuzzStream
-from memosight.server.documents import Document
+from memosight.server.commands.fuzz_stream import (
+    ACCEPTED_FLOOD,
+    COMPLETION,
+    INLINE,
+    LONG_LINE_CHARS,
+    NON_ASCII_URI,
+    SCRATCH,
+    SMALL_CHARS,
+    Asked,
+    FuzzStream,
+    QuickText,
+    built_on_another_version,
+    heavy_text,
+)
+from memosight.server.commands.lsp_text import LspText
+from memosight.server.documents import MAX_DOCUMENT_BYTES, Document, Position
+
+NOISE = {"wrong_shape", "not_json", "junk_between_frames", "header_noise", "short_length"}
+DOCUMENT_METHODS = {"textDocument/didOpen", "textDocument/didChange", "textDocument/didClose"}
 
 
 def bodies(message) -> list[dict]:
     """The JSON bodies in a message's bytes that parse (framing noise and broken bodies skipped)."""
     out, data = [], message.data
     while b"Content-Length: " in data:
-        head, _, data = data.partition(b"Content-Length: ")
+        _, _, data = data.partition(b"Content-Length: ")
         length, _, data = data.partition(b"\r\n\r\n")
         body, data = data[:int(length)], data[int(length):]
         try:
             out.append(json.loads(body))
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     return out
+
+
+class Replay:
+    """A server's documents (documents.py) with the stream's opens, edits and closes applied."""
+
+    def __init__(self):
+        self.docs: dict[str, Document] = {}
+        self.versions: dict[str, int] = {}
+
+    def apply(self, body: dict) -> None:
+        params, method = body["params"], body["method"]
+        uri = params["textDocument"]["uri"]
+        if method == "textDocument/didOpen":
+            self.docs[uri] = Document(uri, params["textDocument"]["text"], "python")
+            self.versions[uri] = params["textDocument"]["version"]
+        elif method == "textDocument/didClose":
+            del self.docs[uri], self.versions[uri]
+        else:
+            for change in params["contentChanges"]:
+                start, end = (change["range"][k] for k in ("start", "end"))
+                self.docs[uri].apply_change(change["text"], Position(start["line"], start["character"]),
+                                            Position(end["line"], end["character"]))
+            self.versions[uri] = params["textDocument"]["version"]
+
+
+def messages(stream: FuzzStream, count: int):
+    """The stream's messages as the harness takes them: made one at a time."""
+    return itertools.chain(stream.opening(), (stream.next() for _ in range(count)))
 
 
 def test_the_same_seed_gives_the_same_stream_and_another_seed_another():
@@ -25,35 +72,158 @@ def test_the_same_seed_gives_the_same_stream_and_another_seed_another():
     assert a != [m.data for m in other.opening() + [other.next() for _ in range(300)]]
 
 
-def test_the_streams_copy_of_each_document_is_what_a_server_applying_its_edits_holds():
-    stream = FuzzStream(7)
-    server: dict[str, Document] = {}
-    kinds = set()
-    for message in stream.opening() + [stream.next() for _ in range(1500)]:
+def test_the_streams_copy_of_each_document_and_each_requests_version_are_what_a_server_holds():
+    stream, replay = FuzzStream(7, huge_mb=1), Replay()
+    kinds, asked = set(), 0
+    for message in messages(stream, 1500):
         kinds.add(message.kind)
-        if message.kind not in ("open", "close", "edit", "overlapping_edits", "edit_past_end", "binary_document"):
+        if message.kind in NOISE:
             continue
-        (body,) = bodies(message)
-        params, uri = body["params"], body["params"]["textDocument"]["uri"]
-        if body["method"] == "textDocument/didOpen":
-            server[uri] = Document(uri, params["textDocument"]["text"], "python")
-        elif body["method"] == "textDocument/didClose":
-            del server[uri]
-        else:
-            doc = server[uri]
-            for change in params["contentChanges"]:
-                start, end = (change["range"][k] for k in ("start", "end"))
-                from memosight.server.documents import Position
-                doc.apply_change(change["text"], Position(start["line"], start["character"]),
-                                 Position(end["line"], end["character"]))
-    assert {"edit_past_end", "overlapping_edits", "wrong_shape", "junk_between_frames", "short_length"} <= kinds
-    assert server.keys() == stream.docs.keys()
-    for uri, doc in server.items():
+        for body in bodies(message):
+            if body.get("method") in DOCUMENT_METHODS:
+                replay.apply(body)
+            elif message.asked and body.get("id") == message.request_ids[0]:  # as the request arrives
+                uri = message.asked.uri
+                assert body["params"]["textDocument"]["uri"] == uri and body["method"] == message.asked.method
+                assert message.asked.version == replay.versions[uri]
+                assert message.asked.text == replay.docs[uri].text
+                asked += 1
+    assert {"edit_past_end", "overlapping_edits", "wrong_shape", "junk_between_frames", "short_length",
+            "complete_then_close", "complete_then_edit", "heavy_document", "accepted_flood"} <= kinds
+    assert asked > 200
+    assert replay.docs.keys() == stream.docs.keys()
+    for uri, doc in replay.docs.items():
         assert doc.text == stream.docs[uri].text, uri
 
 
+def test_a_request_and_a_close_or_edits_behind_it_come_in_one_write():
+    stream = FuzzStream(5, heavy=False)
+    seen = set()
+    for message in messages(stream, 2000):
+        if message.kind not in ("complete_then_close", "complete_then_edit"):
+            continue
+        seen.add(message.kind)
+        request, behind = bodies(message)
+        uri = message.asked.uri
+        assert request["id"] == message.request_ids[0] and request["method"] in (INLINE, COMPLETION)
+        assert request["params"]["position"] == dict(zip(("line", "character"), message.asked.position))
+        assert behind["params"]["textDocument"]["uri"] == uri
+        if message.kind == "complete_then_close":
+            assert behind["method"] == "textDocument/didClose"
+        else:  # the character before the cursor replaced: the range ends at the request's cursor
+            assert behind["method"] == "textDocument/didChange"
+            assert behind["params"]["textDocument"]["version"] == message.asked.version + 1
+            end = behind["params"]["contentChanges"][0]["range"]["end"]
+            assert (end["line"], end["character"]) == tuple(message.asked.position)
+    assert seen == {"complete_then_close", "complete_then_edit"}
+
+
+def test_a_flood_of_acceptances_carries_absurd_arguments_and_each_id():
+    stream = FuzzStream(1)
+    stream.opening()
+    flood = stream.accepted_flood()
+    requests = bodies(flood)
+    assert len(requests) == ACCEPTED_FLOOD == len(flood.request_ids)
+    assert [r["id"] for r in requests] == list(flood.request_ids)
+    assert {r["method"] for r in requests} == {"workspace/executeCommand"}
+    arguments = [a for r in requests for a in r["params"]["arguments"]]
+    assert 4 * 10**30 in arguments and -5 in arguments and any(isinstance(a, str) for a in arguments)
+
+
+def test_heavy_documents_are_under_and_over_the_completion_limit_with_long_lines():
+    stream = FuzzStream(2, huge_mb=12)
+    heavy = [m for m in messages(stream, 1200) if m.kind == "heavy_document"]
+    sizes = [len(bodies(m)[0]["params"]["textDocument"]["text"]) for m in heavy]
+    assert len(sizes) == 3 and sizes[0] < MAX_DOCUMENT_BYTES < sizes[1] < sizes[2]
+    text = heavy_text(2**20)
+    assert max(len(line) for line in text.split("\n")) == LONG_LINE_CHARS - 1  # and its line break
+    assert not any(m.kind == "heavy_document" for m in messages(FuzzStream(2, heavy=False), 1200))
+
+
+def test_heavy_documents_are_edited_and_completed_in_right_after_they_open():
+    stream = FuzzStream(3)
+    stream.opening()
+    after = [stream.next() for _ in range(410)][399:]  # the first heavy document is the 400th message
+    assert [m.kind for m in after[:4]] == ["heavy_document", "heavy_complete", "heavy_edit", "heavy_complete"]
+    assert all(len(m.asked.text) >= SMALL_CHARS for m in after[1:4:2])
+    assert bodies(after[2])[0]["params"]["textDocument"]["uri"] == after[1].asked.uri
+
+
+def test_quick_text_finds_the_lines_lsp_text_finds():
+    rng = random.Random(0)
+    for _ in range(200):
+        pieces = ["a", "é", "😀", "\r", "\n", "\r\n", "\u2028", "\x0c"]
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
+        quick = QuickText(text)
+        assert quick.lines() == LspText(text).lines()
+        quick.apply((0, 0), (0, 0), "\r")  # a new text: its lines found anew
+        assert quick.lines() == LspText("\r" + text).lines()
+
+
+def test_an_item_built_on_the_text_after_an_edit_behind_the_request_is_flagged():
+    # `cl|` at version 11; the user then deleted `l` and typed `ß` (version 12)
+    asked = Asked(COMPLETION, "file:///a.py", 11, "cl", (0, 2))
+
+    def item(new_text, start=(0, 0), end=(0, 2)):
+        return {"textEdit": {"range": {"start": {"line": start[0], "character": start[1]},
+                                       "end": {"line": end[0], "character": end[1]}}, "newText": new_text}}
+
+    assert built_on_another_version(asked, item("cß.data[key]"))
+    assert not built_on_another_version(asked, item("cl.data[key]"))
+    assert built_on_another_version(asked, item("cl.data[key]", end=(0, 1)))  # not at the request's cursor
+    assert built_on_another_version(asked, item("l.data", start=(0, 1)))  # not the whole word before it
+    assert not built_on_another_version(asked, {"label": "x"})  # no range: nothing to check
+    assert built_on_another_version(asked, {"textEdit": {"newText": "x"}})  # a range nobody can place
+    assert built_on_another_version(asked, item("cl", start=("a", 0)))
+
+
+def test_the_word_before_the_cursor_is_counted_in_utf16_units():
+    asked = Asked(COMPLETION, "file:///a.py", 3, "😀 größ = 1\n", (0, 7))  # 😀 is two units
+    edit = {"range": {"start": {"line": 0, "character": 3}, "end": {"line": 0, "character": 7}}, "newText": "größe"}
+    assert not built_on_another_version(asked, {"textEdit": edit})
+    edit["range"]["start"]["character"] = 2
+    assert built_on_another_version(asked, {"textEdit": edit})
+
+
+def test_the_non_ascii_phase_edits_beside_characters_outside_ascii_and_asks_again_behind_an_edit():
+    stream, replay = FuzzStream(9), Replay()
+
+    def sent(message) -> list[dict]:
+        out = bodies(message)
+        assert all(b["params"]["textDocument"]["uri"] == NON_ASCII_URI for b in out)
+        for body in out:
+            if body.get("method") in DOCUMENT_METHODS:
+                replay.apply(body)
+        return out
+
+    sent(stream.non_ascii_document())
+    for step in range(30):
+        if step % 2:
+            ask = stream.non_ascii_ask()
+            sent(ask)
+            again = stream.non_ascii_step(again=True)
+            request, edit = sent(again)  # the same request once more, the edit behind it
+            assert again.asked.position == ask.asked.position and again.asked.version == ask.asked.version
+            assert request["method"] == COMPLETION and edit["params"]["textDocument"]["version"] == ask.asked.version + 1
+        else:
+            sent(stream.non_ascii_step())
+        assert replay.docs[NON_ASCII_URI].text == stream.docs[NON_ASCII_URI].text
+
+
+def test_a_burst_types_then_asks_at_the_cursor_after_the_typed_character():
+    stream = FuzzStream(4)
+    stream.opening()
+    for message in stream.burst(20):
+        edit, request = bodies(message)
+        change = edit["params"]["contentChanges"][0]
+        assert edit["method"] == "textDocument/didChange" and change["range"]["start"] == change["range"]["end"]
+        assert request["params"]["textDocument"]["uri"] == edit["params"]["textDocument"]["uri"]
+        assert message.asked.version == edit["params"]["textDocument"]["version"]
+        assert message.asked.position[1] > change["range"]["start"]["character"]
+
+
 def test_wrong_shapes_that_could_touch_a_document_touch_only_the_scratch_one():
-    stream = FuzzStream(11)
+    stream = FuzzStream(11, heavy=False)
     stream.opening()
     for _ in range(3000):
         message = stream.next()
