@@ -40,15 +40,17 @@ class Ahead:
         this). A request for any other text stops it."""
         engine = self._engine.ready()
         seen, cursor = ticket.seen, ticket.cursor
-        before, after = seen.text[:cursor] + shown, seen.text[cursor:]
-        if (engine is None or not settings.prefetch or self.stopped or ticket.doc.closed
-                or self._completions().has(seen.uri, before, after)):
+        # Not in a large document: the text with the suggestion taken would be a copy of all of it.
+        if engine is None or not settings.prefetch or self.stopped or ticket.doc.closed or seen.large:
+            return
+        text, at = seen.text[:cursor] + shown + seen.text[cursor:], cursor + len(shown)
+        if self._completions().has(seen.uri, text, at):
             return
         self.stop_prefetch(seen.uri)
         cancel = threading.Event()
-        self._prefetches[seen.uri] = (context_key(seen.uri, before, after), cancel)
-        doc = Document(seen.uri, before + after, seen.language, seen.version)
-        self._engine.submit(self._prefetch, engine, doc, len(before), settings, cancel)
+        self._prefetches[seen.uri] = (context_key(seen.uri, text, at), cancel)
+        doc = Document(seen.uri, text, seen.language, seen.version)
+        self._engine.submit(self._prefetch, engine, doc, at, settings, cancel)
 
     def stop_prefetch(self, uri: str, unless_at: tuple | None = None) -> None:
         """Stop the prefetch of `uri`, unless it computes the suggestion at `unless_at` (a context
@@ -65,7 +67,7 @@ class Ahead:
         try:
             text, completion = self._run_model(engine, doc, cursor, settings, cancel)
             if completion.stop_reason != "cancelled":
-                self._completions().put(doc.uri, doc.text[:cursor], doc.text[cursor:], text, "prefetch")
+                self._completions().put(doc.uri, doc.text, cursor, text, "prefetch")
                 self._counters.prefetched += 1
         except Exception:  # noqa: BLE001 - a failed prefetch costs only the head start
             log.exception("prefetch after a suggestion failed")
@@ -78,7 +80,7 @@ class Ahead:
         the request then finds its prompt (mostly) computed. A newer edit or the request itself
         stops it between chunks."""
         self.stop_warm_up(doc.uri)
-        self.stop_prefetch(doc.uri, unless_at=context_key(doc.uri, doc.text[:cursor], doc.text[cursor:]))
+        self.stop_prefetch(doc.uri, unless_at=context_key(doc.uri, doc.text, cursor))
         if not settings.prefill_on_edit or self.stopped:
             return
         cancel = self._warm_ups[doc.uri] = threading.Event()

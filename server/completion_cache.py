@@ -7,7 +7,9 @@ call: typing along a suggestion (shown or not: a late answer, a prefetch) shows 
 llama.vim keeps such a cache (250 entries, 128 characters of look-back); Tabby and Continue alike.
 
 Entries are keyed by a hash of the last KEY_CHARS characters before the cursor, the first
-KEY_CHARS after it and both lengths, so a key costs the same in a large file as in a small one.
+KEY_CHARS after it and both lengths, so a key costs the same in a large file as in a small one; a
+context is a document's text and a cursor in it, never the text cut in two (in a 5 MB file with an
+emoji, each cut copied 20 MB, several times a keystroke).
 """
 
 from __future__ import annotations
@@ -28,15 +30,15 @@ class Hit:
     source: str  # "request" or "prefetch": what computed it
 
 
-def after_key(after: str) -> tuple:
-    return len(after), content_hash(after[:KEY_CHARS])
+def after_key(text: str, cursor: int) -> tuple:
+    return len(text) - cursor, content_hash(text[cursor:cursor + KEY_CHARS])
 
 
-def context_key(uri: str, before: str, after: str, cut: int | None = None, after_part: tuple | None = None) -> tuple:
-    """The key of the context (before[:cut] | after); slicing only the hashed tail keeps a lookup
-    in a large file from copying it 128 times, and a lookup hashes `after` once (`after_part`)."""
-    cut = len(before) if cut is None else cut
-    return (uri, cut, content_hash(before[max(0, cut - KEY_CHARS):cut]), *(after_part or after_key(after)))
+def context_key(uri: str, text: str, cursor: int, cut: int | None = None, after_part: tuple | None = None) -> tuple:
+    """The key of the context (text[:cut] | text[cursor:]): the text up to `cut` (the cursor by
+    default) and all after the cursor; a lookup hashes the text after the cursor once (`after_part`)."""
+    cut = cursor if cut is None else cut
+    return (uri, cut, content_hash(text[max(0, cut - KEY_CHARS):cut]), *(after_part or after_key(text, cursor)))
 
 
 class CompletionCache:
@@ -46,25 +48,25 @@ class CompletionCache:
         self.prefetch_hits = 0
         self.lookups = 0
 
-    def put(self, uri: str, before: str, after: str, text: str, source: str = "request") -> None:
-        if text:
-            self._entries.put(context_key(uri, before, after), (text, source))
+    def put(self, uri: str, text: str, cursor: int, completion: str, source: str = "request") -> None:
+        if completion:
+            self._entries.put(context_key(uri, text, cursor), (completion, source))
 
-    def has(self, uri: str, before: str, after: str) -> bool:
-        return self._entries.get(context_key(uri, before, after)) is not None
+    def has(self, uri: str, text: str, cursor: int) -> bool:
+        return self._entries.get(context_key(uri, text, cursor)) is not None
 
-    def lookup(self, uri: str, before: str, after: str) -> Hit | None:
+    def lookup(self, uri: str, text: str, cursor: int) -> Hit | None:
         """The rest of a cached completion that the text just before the cursor types into: the
         context itself first (typed = ""), then up to LOOK_BACK characters back."""
         self.lookups += 1
-        after_part = after_key(after)
-        for typed_chars in range(min(LOOK_BACK, len(before)) + 1):
-            cut = len(before) - typed_chars
-            entry = self._entries.get(context_key(uri, before, after, cut, after_part))
+        after_part = after_key(text, cursor)
+        for typed_chars in range(min(LOOK_BACK, cursor) + 1):
+            cut = cursor - typed_chars
+            entry = self._entries.get(context_key(uri, text, cursor, cut, after_part))
             if entry is None:
                 continue
-            text, source = entry
-            rest = rest_after(text, before[cut:])
+            completion, source = entry
+            rest = rest_after(completion, text[cut:cursor])
             if rest is not None:
                 self.hits += 1
                 self.prefetch_hits += source == "prefetch"

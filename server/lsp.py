@@ -259,8 +259,8 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
         # where the user worked, looked or yanked lately, per open document (rows, most recent first)
         out["recent_rows"] = {d.uri: list(d.recent_rows) for d in ls.documents.all() if d.recent_rows}
         out["settings"] = dataclasses.asdict(ls.settings)
-        out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
         out["memory"] = memory_report(ls, out)
+        out["peak_rss_mb"] = out["memory"]["peak_rss_mb"]
         if _field(params, "digests") is True:  # {"digests": true}: what the fuzz harness checks texts by
             out["digests"] = {d.uri: text_digest(d.text) for d in ls.documents.all()}
         return out
@@ -399,7 +399,9 @@ def memory_report(ls: MemoSightServer, status: dict) -> dict:
     its peak): documents, caches, requests in flight, the engine's KV cache of earlier prompts."""
     tree = ((status.get("cache") or {}).get("prefix_tree") or {})
     index = ls.workspace_index
-    return {"rss_mb": _rss_mb(), "peak_rss_mb": status["peak_rss_mb"], "documents": ls.documents.memory(),
+    rss = _rss_mb()  # before the peak: read after it, it could pass a peak read a moment earlier
+    peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
+    return {"rss_mb": rss, "peak_rss_mb": peak, "documents": ls.documents.memory(),
             "completion_cache_entries": status["completion_cache"]["entries"],
             "requests_in_flight": ls.connection.in_flight(), **ls.suggester.memory(),
             "workspace_files": 0 if index is None else len(index),

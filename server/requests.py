@@ -9,7 +9,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from .documents import Document
+from .documents import LARGE_DOCUMENT_CHARS, Document
 
 
 @dataclass
@@ -54,8 +54,8 @@ class Ticket:
 class Generation:
     """One model run for a cursor; a later request typed into its output may wait for it and share it."""
 
-    before: str  # document text before the cursor it was started for
-    after: str  # and after it
+    text: str  # the document's text it was started for (the same string, not a copy)
+    cursor: int  # and the cursor in it
     cancel: threading.Event = field(default_factory=threading.Event)
     partial: str = ""  # text generated so far (post-processing not yet applied)
     future: Future | None = None
@@ -78,14 +78,30 @@ class Job:
 # model wrote?" asks these two: the completion cache (typing through a finished completion), a
 # request joining a running generation, and a joined request's answer.
 
-def typed_into(before: str, after: str, doc_text: str, cursor: int) -> str | None:
-    """The characters typed since a suggestion was made at (before|after), or None when the
-    document changed in any other way (an edit elsewhere, a deletion, a cursor move)."""
-    if len(doc_text) - cursor != len(after) or cursor < len(before):
+def typed_into(old_text: str, old_cursor: int, text: str, cursor: int) -> str | None:
+    """The characters typed at the cursor since a suggestion was made at `old_cursor` of
+    `old_text`, or None when the document changed in any other way (an edit elsewhere, a deletion,
+    a cursor move)."""
+    if len(text) - cursor != len(old_text) - old_cursor or cursor < old_cursor:
         return None
-    if not doc_text.endswith(after) or not doc_text.startswith(before):
+    if text is not old_text and not _same_around(old_text, old_cursor, text, cursor):
         return None
-    return doc_text[len(before):cursor]
+    return text[old_cursor:cursor]
+
+
+SAME_WINDOW = 2048  # characters either side compared in a large document, as completion_cache's keys do
+
+
+def _same_around(old_text: str, old_cursor: int, text: str, cursor: int) -> bool:
+    """Whether `text` is `old_text` with characters inserted at `old_cursor` (their lengths
+    agree): all of it compared in a document of ordinary size; in a large one the characters
+    around the cursor, as the completion cache keys contexts (whole, a 5 MB file was copied twice
+    a keystroke)."""
+    if len(text) <= LARGE_DOCUMENT_CHARS:
+        return text.startswith(old_text[:old_cursor]) and text.endswith(old_text[old_cursor:])
+    low = max(0, old_cursor - SAME_WINDOW)
+    return (text[low:old_cursor] == old_text[low:old_cursor]
+            and text[cursor:cursor + SAME_WINDOW] == old_text[old_cursor:old_cursor + SAME_WINDOW])
 
 
 def rest_after(offered: str, typed: str, *, running: bool = False) -> str | None:

@@ -73,13 +73,12 @@ class Suggester:
     def start_job(self, doc: Document, cursor: int, settings: Settings | None = None) -> Job:
         """A new request for `doc`: it joins the running generation when the user only typed more of
         that generation's text (under the same settings); otherwise the running one is told to stop."""
-        before, after = doc.text[:cursor], doc.text[cursor:]
         old = self._jobs.get(doc.uri)
         job = None
         if old is not None:
             old.superseded = True
             gen = old.generation
-            typed = typed_into(gen.before, gen.after, doc.text, cursor)
+            typed = typed_into(gen.text, gen.cursor, doc.text, cursor)
             running = gen.future is not None and not gen.future.done() and not gen.cancel.is_set()
             if running and gen.settings == settings and typed is not None \
                     and rest_after(gen.partial, typed, running=True) is not None:
@@ -88,7 +87,7 @@ class Suggester:
             else:
                 gen.cancel.set()
         if job is None:
-            job = Job(doc.uri, Generation(before, after, settings=settings))
+            job = Job(doc.uri, Generation(doc.text, cursor, settings=settings))
         self._jobs[doc.uri] = job
         return job
 
@@ -99,7 +98,7 @@ class Suggester:
         if settings is not None and settings != self._completions_settings:
             self.completions = CompletionCache()
             self._completions_settings = settings
-        hit = self.completions.lookup(doc.uri, doc.text[:cursor], doc.text[cursor:])
+        hit = self.completions.lookup(doc.uri, doc.text, cursor)
         return None if hit is None else hit.rest
 
     # --- work ahead of the request (server/ahead.py) ----------------------------------------------
@@ -197,7 +196,7 @@ class Suggester:
         prefetch of exactly this text goes on: the request waits for it and finds it in the cache."""
         self.ahead.stop_warm_ups()
         text, cursor = ticket.seen.text, ticket.cursor
-        self.ahead.stop_prefetch(ticket.doc.uri, unless_at=context_key(ticket.doc.uri, text[:cursor], text[cursor:]))
+        self.ahead.stop_prefetch(ticket.doc.uri, unless_at=context_key(ticket.doc.uri, text, cursor))
 
     async def _run_or_join(self, job: Job, ticket: Ticket, settings: Settings, on_partial, cold: bool,
                            timeline: Timeline) -> Suggestion | None:
@@ -265,7 +264,7 @@ class Suggester:
         doc, cursor = ticket.doc.frozen(), ticket.cursor
         if doc.text is not ticket.seen.text:
             return None
-        hit = self.completions.lookup(doc.uri, doc.text[:cursor], doc.text[cursor:])
+        hit = self.completions.lookup(doc.uri, doc.text, cursor)
         if hit is not None:  # a prefetch for this very text finished while the request waited for it
             timeline.kind = "cached"
             return Suggestion(hit.rest, cursor, (time.perf_counter() - start) * 1000, 0, "cached")
@@ -276,7 +275,7 @@ class Suggester:
         if completion is None:  # an edit arrived while the context was built
             return None
         if completion.stop_reason != "cancelled":
-            self.completions.put(doc.uri, doc.text[:cursor], doc.text[cursor:], text)
+            self.completions.put(doc.uri, doc.text, cursor, text)
         latency = (time.perf_counter() - start) * 1000
         log.debug("completion %s:%d %.1f ms (first piece %.1f ms) prompt %d tokens (%d cached), %d new, stop %s",
                   doc.uri.rsplit("/", 1)[-1], cursor, latency, completion.first_token_ms, completion.prompt_tokens,

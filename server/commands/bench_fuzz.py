@@ -326,6 +326,7 @@ async def send_stream(server: RawServer, stream: FuzzStream, messages: int) -> N
     report asked every MEMORY_POLL_EVERY messages."""
     for i, message in enumerate(itertools.chain(stream.opening(), (stream.next() for _ in range(messages)))):
         await server.send(message)
+        open("/tmp/fuzz/kinds.txt", "a").write(f"{time.time():.3f} {i} {message.kind} {len(message.data)}\n")
         if i % MEMORY_POLL_EVERY == 0:
             await server.poll_memory()
 

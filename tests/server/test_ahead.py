@@ -34,7 +34,7 @@ def test_a_prefetch_lands_in_the_completion_cache_and_closing_the_document_drops
     assert answer.suggestion.text == "y = 1"
     suggester.engine.submit(lambda: None).result(timeout=10)  # the prefetch ran after the answer
     assert suggester.counters.prefetched == 1
-    assert suggester.completions.has(doc.uri, "x = 1\ny = 1", "\n")
+    assert suggester.completions.has(doc.uri, "x = 1\ny = 1\n", len("x = 1\ny = 1"))
     suggester.forget(doc.uri)
     assert not suggester.ahead.holds(doc.uri) and not suggester.completions.has_document(doc.uri)
     suggester.close()
