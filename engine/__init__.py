@@ -24,21 +24,30 @@ def catalog_names() -> frozenset[str]:
 
 
 def load_engine(model: "str | EngineSpec | None" = None, device: str | None = None, dtype: str | None = None,
-                draft_model: str | None = None) -> "Engine":
+                draft_model: str | None = None, runtime: str | None = None) -> "Engine":
     """Load a causal LM and its tokenizer into the in-process engine. model=None is the embedded
     default model; device=None picks CUDA when available, else the CPU. `draft_model`: a small model
     with the same tokenizer that drafts for speculative decoding (the output stays greedy's).
 
     `model` may be an EngineSpec instead, naming all of that and `backend`: a serving engine to
     call (fallback "local" loads the in-process engine above when the server is down or too slow,
-    "none" does not); keywords given beside a spec override its fields."""
+    "none" does not); keywords given beside a spec override its fields. `runtime`: what runs the
+    model ("auto", "torch", "llamacpp"; see runtime/choice.py)."""
     spec = model if isinstance(model, EngineSpec) else EngineSpec(model)
-    overrides = {k: v for k, v in (("device", device), ("dtype", dtype), ("draft_model", draft_model)) if v is not None}
+    overrides = {k: v for k, v in (("device", device), ("dtype", dtype), ("draft_model", draft_model),
+                                   ("runtime", runtime)) if v is not None}
     spec = dataclasses.replace(spec, **overrides) if overrides else spec
-    from .loading import load_engine as _load
-
     def local() -> "LocalEngine":
-        return _load(model=spec.model, device=spec.device, dtype=spec.dtype, draft_model=spec.draft_model)
+        from .runtime.choice import choose, load_llamacpp_engine
+
+        choice = choose(spec)
+        if choice.runtime == "llamacpp":  # no transformers on this path: loading.py is torch's
+            return load_llamacpp_engine(spec, choice)
+        from .loading import load_engine as _load
+
+        engine = _load(model=spec.model, device=spec.device, dtype=spec.dtype, draft_model=spec.draft_model)
+        engine.runtime_choice = choice.to_json()
+        return engine
 
     if not spec.backend.remote:
         return local()

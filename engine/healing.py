@@ -58,6 +58,8 @@ class TokenBytes:
 
     @classmethod
     def of(cls, tokenizer) -> TokenBytes:
+        if hasattr(tokenizer, "pieces"):  # a GGUF file's tokenizer says its tokens' bytes itself
+            return cls(tokenizer.pieces())
         tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
         special = set(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
         decoder = type(tokenizer.backend_tokenizer.decoder).__name__ if hasattr(tokenizer, "backend_tokenizer") else ""
@@ -98,11 +100,19 @@ def last_word_chars(tokenizer, text: str, window: int = 128) -> int:
     more can change how that unit splits (`"\n" + 12 spaces` becomes `"\n" + 11 spaces` and
     `" return"`), but not the units before it. 0 where the tokenizer has no pre-tokenizer."""
     pre = getattr(getattr(tokenizer, "backend_tokenizer", None), "pre_tokenizer", None)
-    if pre is None or not text:
+    if not text:
         return 0
     tail = text[-window:]
+    if pre is None:  # no pre-tokenizer to ask (a GGUF file's tokenizer): the last word, as BPE's split it
+        match = _LAST_WORD.search(tail)
+        return len(match.group()) if match else 0
     words = pre.pre_tokenize_str(tail)
     return len(tail) - words[-1][1][0] if words else 0
+
+
+# A word with its leading space, a run of other symbols, or whitespace: the units GPT-2-style
+# pre-tokenizers split text into, seen from the end of the text.
+_LAST_WORD = re.compile(r"(?: ?[^\W\d_]+| ?\d{1,3}| ?[^\s\w]+|\s+)$")
 
 
 def back_up(prefix_ids: list[int], pieces: TokenBytes, min_chars: int = 0) -> tuple[list[int], str]:

@@ -1,4 +1,5 @@
-"""The in-process engine: a model and its tokenizer, the prompt cache, and the speculator."""
+"""The in-process engine: a runtime (the model's forward and its cache: torch or llama.cpp), the
+tokenizer, and the speculator."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from pathlib import Path
 
 import torch
 
-from . import kv
 from .attention import line_attention
 from .drafts import build_drafters
 from .fim import (
@@ -38,6 +38,7 @@ from .protocol import (
     Stream,
     valid_text,
 )
+from .runtime import greedy
 from .speculate import Speculator, greedy_tokens
 from .stops import StreamState, stream_text
 
@@ -80,6 +81,14 @@ class ConfidentTokens(Iterator[int]):
         return token
 
 
+def _torch_runtime(model):
+    """transformers is imported here, not by the module: a llama.cpp engine never loads it."""
+    from . import kv
+    from .runtime.torch_runtime import TorchRuntime
+
+    return TorchRuntime(model, kv.PromptCache(kv.PrefixTree()))
+
+
 class LocalEngine:
     """Implements the Engine protocol in this process; `generate` and `complete` are the Python API."""
 
@@ -87,8 +96,12 @@ class LocalEngine:
     MIN_SPECULATIVE_TOKENS = 3
 
     def __init__(self, model, tokenizer, device: torch.device, name: str, model_dir: str | None = None,
-                 drafters: list | None = None, dtype_choice: dict | None = None):
-        self.model = model.eval()
+                 drafters: list | None = None, dtype_choice: dict | None = None, runtime=None,
+                 runtime_choice: dict | None = None):
+        # the transformers model (None where the forward runs in llama.cpp: runtime/llamacpp.py)
+        self.model = model.eval() if model is not None else None
+        self.runtime = runtime if runtime is not None else _torch_runtime(model)
+        self.runtime_choice = runtime_choice  # which runtime, and why (runtime/choice.py)
         self.dtype_choice = dtype_choice  # how dtype "auto" was decided on this CPU (auto_dtype.py)
         self.tokenizer = tokenizer
         self.device = device
@@ -100,12 +113,14 @@ class LocalEngine:
         self.eos_ids = self._eos_ids()
         self.end_ids = self.eos_ids | end_token_ids(self.fim, self.vocab) | end_token_ids(PLAIN, self.vocab)
         self._token_bytes: TokenBytes | None = None  # built on the first healed prompt
-        self.prompt_cache = kv.PromptCache(kv.PrefixTree())
+        # what a warm-up leaves, the bound of earlier prompts' KV, the figures: the runtime's cache
+        self.prompt_cache = self.runtime.cache
         # Sliding-window caches drop old positions: no cropping, so no reuse and no tree verification.
-        self.can_speculate = kv.supports_reuse(model)
+        self.can_speculate = self.runtime.can_crop()
         self.prompt_cache.reuse = self.can_speculate
         # the sources found for the model, and any given (a draft model the user chose)
-        self.speculator = Speculator(build_drafters(model, Path(model_dir) if model_dir else None) + list(drafters or []))
+        self.speculator = Speculator(build_drafters(model, Path(model_dir) if model_dir else None) + list(drafters or []),
+                                     max_rows=getattr(self.runtime, "exact_rows", None))
         self.settings = EngineSettings()
         self.closed = False
         self._lock = threading.Lock()  # one model, one decoding loop at a time
@@ -114,22 +129,27 @@ class LocalEngine:
         self.requests = 0
         self.prefilled_tokens = 0  # computed ahead of requests, by prefill()
 
-    @torch.no_grad()  # not inference_mode: the fused weights it makes must stay trainable (fine-tuning)
     def warm_up(self) -> None:
         """One token through the model, so that what happens on a first forward (the lean decoder
         built, int8 weights packed, kernels compiled) is not the first request's to wait for:
         SmolLM2 in int8, first 256-token prefill in a process 1,048 ms, later ones ~200 ms."""
         token = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else min(self.eos_ids or {0})
-        hidden = kv.forward_hidden(self.model, torch.tensor([[token]], device=self.device), kv.new_cache(self.model))
-        self.model.get_output_embeddings()(hidden[0, -1])
+        self.runtime.warm_up(token)
 
     @property
-    def dtype(self) -> torch.dtype:
-        return next(self.model.parameters()).dtype
+    def dtype(self) -> torch.dtype | None:
+        return next(self.model.parameters()).dtype if self.model is not None else None
+
+    def dtype_name(self) -> str:
+        """float32, int8, bfloat16, ...; a GGUF file's own weight type on llama.cpp (Q4_K_M, ...)."""
+        if self.model is None:
+            return self.runtime.weights_type
+        return "int8" if is_int8(self.model) else str(self.dtype).removeprefix("torch.")
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
-        for source in (getattr(self.model.generation_config, "eos_token_id", None), self.tokenizer.eos_token_id):
+        config = getattr(self.model, "generation_config", None)
+        for source in (getattr(config, "eos_token_id", None), self.tokenizer.eos_token_id):
             if isinstance(source, int):
                 ids.add(source)
             elif source:
@@ -201,30 +221,29 @@ class LocalEngine:
                 speculative: bool, start: tuple[torch.Tensor, torch.Tensor] | None = None,
                 confidences: list[float] | None = None) -> Iterator[int]:
         if speculative and self.can_speculate and max_new_tokens >= self.MIN_SPECULATIVE_TOKENS:
-            return self.speculator.tokens(self.model, self.prompt_cache, input_ids, max_new_tokens, end_ids, cancel,
-                                          start, confidences)
-        return greedy_tokens(self.model, input_ids, max_new_tokens, end_ids, self.prompt_cache, cancel, start,
-                             confidences)
+            return self.runtime.steps(self.speculator.tokens(self.runtime, input_ids, max_new_tokens, end_ids, cancel,
+                                                             start, confidences))
+        return self.runtime.steps(greedy_tokens(self.runtime, input_ids, max_new_tokens, end_ids, cancel, start,
+                                                confidences))
 
-    @torch.inference_mode()
     def _healed_tokens(self, prompt: Prompt, max_new_tokens: int, end_ids: set[int], cancel,
                        speculative: bool, confidences: list[float] | None = None) -> Iterator[int]:
         """Greedy tokens among those that spell the healed text (see healing.py), one plain step
         each, until it is spelled; then the usual loop, from the prompt and those tokens."""
         rest = prompt.healed.encode()
         ids = list(prompt.ids)
-        hidden, logits = self.prompt_cache.prefill_hidden(self.model, ids)
+        hidden, logits = self.runtime.prefill_hidden(ids)
         while rest and len(ids) - len(prompt.ids) < max_new_tokens:
             if cancel is not None and cancel.is_set():
                 return
             allowed = self.token_bytes.allowed(rest)
-            token = allowed[int(torch.argmax(logits[torch.tensor(allowed, device=logits.device)]))]
+            token = allowed[greedy(logits[allowed])]  # the greedy choice among those that spell it
             ids.append(token)
             if confidences is not None:
                 confidences.append(1.0)  # what the user typed: never in doubt
             yield token
             rest = self.token_bytes.rest_after(rest, token)
-            hidden, logits = self.prompt_cache.append(self.model, token)
+            hidden, logits = self.runtime.append(token)
         left = max_new_tokens - (len(ids) - len(prompt.ids))
         if left > 0:  # the cache holds the prompt and the healing tokens: go on from there
             yield from self._tokens(ids, left, end_ids, cancel, speculative, start=(hidden, logits),
@@ -236,6 +255,11 @@ class LocalEngine:
         if not input_ids:
             raise ValueError("input_ids is empty: give at least one prompt token")
         with self._lock, self._clear_cache_on_error():
+            if self.model is None:
+                # llama.cpp's kernels sum a prompt token differently by the batch it came in with (a
+                # prefill's, or alone after a cached prefix): from a fresh cache, the same ids give
+                # the same tokens whatever ran before
+                self.prompt_cache.clear()
             return list(self._tokens(list(input_ids), max_new_tokens, self.eos_ids, None, speculative))
 
     def stream(self, request: CompletionRequest) -> Stream:
@@ -258,8 +282,8 @@ class LocalEngine:
             first_ms = None
             confidences = [] if request.stop.min_confidence > 0 else None
             if prompt.healed:
-                tokens = self._healed_tokens(prompt, request.max_new_tokens, self.end_ids, request.cancel,
-                                             self.settings.speculative, confidences)
+                tokens = self.runtime.steps(self._healed_tokens(prompt, request.max_new_tokens, self.end_ids,
+                                                                request.cancel, self.settings.speculative, confidences))
             else:
                 tokens = self._tokens(ids, request.max_new_tokens, self.end_ids, request.cancel,
                                       self.settings.speculative, confidences=confidences)
@@ -311,8 +335,7 @@ class LocalEngine:
         prompt = self.prompt(request.prefix, request.suffix, heal=request.options.heal, fim=request.options.fim)
         with self._lock, self._clear_cache_on_error():
             if not request.cancel.is_set():
-                self.prefilled_tokens += self.prompt_cache.warm(self.model, prompt.ids, request.cancel,
-                                                                self.PREFILL_CHUNK)
+                self.prefilled_tokens += self.runtime.warm(prompt.ids, request.cancel, self.PREFILL_CHUNK)
                 self.heap.touch()
 
     def complete(self, prefix: str, suffix: str = "", *, max_new_tokens: int = 64, single_line: bool = False,
@@ -328,6 +351,7 @@ class LocalEngine:
         """Negative log-likelihood (summed, nats) and token count of `continuation` written at the
         cursor between `prefix` and `suffix`: how well a context predicts the true text, a finer
         measure than exact match when a small model rarely gets a whole line right."""
+        self._needs_torch("continuation_loss")
         prompt, target = self.prompt_ids(prefix, suffix), self.encode(continuation)
         if not target:
             return 0.0, 0
@@ -341,14 +365,19 @@ class LocalEngine:
     def line_attention(self, text: str, rows: list[int], query_lines: int = 8,
                        window_tokens: int = 1024) -> dict[int, tuple[int, list[float]]]:
         """The attention the lines above each of `rows` pay to the lines before them (attention.py)."""
+        self._needs_torch("line_attention")
         with self._lock:
             return line_attention(self.model, self.encode, text, rows, query_lines, window_tokens)
+
+    def _needs_torch(self, what: str) -> None:
+        if self.model is None:
+            raise EngineError(f"{what} reads the model's own tensors: load it with runtime = \"torch\" "
+                              f"(this engine runs on {self.runtime.name})")
 
     # --- status ---------------------------------------------------------------------------------
 
     def info(self) -> EngineInfo:
-        dtype = "int8" if is_int8(self.model) else str(self.dtype).removeprefix("torch.")
-        return EngineInfo(self.name, str(self.device), dtype, self.fim.has_fim,
+        return EngineInfo(self.name, str(self.device), self.dtype_name(), self.fim.has_fim,
                           cpu_info().to_json() if self.device.type == "cpu" else None)
 
     def status(self) -> dict:
@@ -358,12 +387,14 @@ class LocalEngine:
         return {
             "model": self.name,
             "device": str(self.device),
-            "dtype": "int8" if is_int8(self.model) else str(self.dtype).removeprefix("torch."),
+            "dtype": self.dtype_name(),
             "dtype_choice": self.dtype_choice,
+            "runtime": self.runtime.name,
+            "runtime_choice": self.runtime_choice,
             "cpu": cpu_info().to_json() if self.device.type == "cpu" else None,
             "fim_template": self.fim.name,
             "fim_order": self.fim_order,
-            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "parameters": self.runtime.parameters(),
             "requests": self.requests,
             "latency_ms": {
                 "last": round(self.latencies_ms[-1], 2) if lat else None,

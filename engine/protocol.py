@@ -180,6 +180,9 @@ class EngineSpec:
     dtype: str | None = None  # None: the device's default; "auto" measures on a CPU
     backend: BackendSpec = BackendSpec()
     workspace: str = ""  # the workspace root: a remote backend's session id (one replica per user) comes from it
+    # what runs the model in process: "torch" (transformers), "llamacpp" (a GGUF file on llama.cpp's
+    # kernels), or "auto" (llama.cpp for a GGUF file on a CPU where it is installed: runtime/choice.py)
+    runtime: str = "auto"
 
 
 @dataclass(frozen=True)

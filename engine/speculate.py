@@ -9,6 +9,7 @@ One speculative step, in the order of the seeds and of Medusa:
   account  statistics, and the controller's view of which sources pay for their rows and time
   observe  every source learns what was accepted
 The tokens are exactly those `greedy_tokens` produces; only the number of forward passes differs.
+Both loops run on a runtime (runtime/: torch or llama.cpp), which owns the forward and the cache.
 """
 
 from __future__ import annotations
@@ -19,41 +20,33 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import torch
-
-from . import kv
 from .drafts.base import DraftSource, DraftState, DraftStats, StepOutcome
-from .lean import output_layer
+from .runtime import Runtime, confidence, greedy
 from .sizing import TreeSizer
-from .verify import Candidate, DraftTree, accept_longest_path, build_tree, subtree, tree_attention_mask
+from .verify import Candidate, DraftTree, accept_longest_path, build_tree, first_chain, subtree
+
+__all__ = ["DraftController", "SpecStats", "Speculator", "confidence", "greedy_tokens"]
 
 
-def confidence(logits: torch.Tensor) -> float:
-    """The probability the model gives its greedy choice."""
-    return float(torch.softmax(logits.float(), dim=-1).max())
-
-
-@torch.inference_mode()
-def greedy_tokens(model, input_ids: list[int], max_new_tokens: int, eos_ids: set[int],
-                  prompt_cache: kv.PromptCache, cancel: threading.Event | None = None,
-                  start: tuple[torch.Tensor, torch.Tensor] | None = None,
+def greedy_tokens(runtime: Runtime, input_ids: list[int], max_new_tokens: int, eos_ids: set[int],
+                  cancel: threading.Event | None = None, start: tuple | None = None,
                   confidences: list[float] | None = None) -> Iterator[int]:
     """Plain greedy decoding with a KV cache (the reference); yields each new token, EOS included.
     `start`: the cache already holds `input_ids`, and this is the (hidden state, logits) after them.
     `confidences`: if given, each token's probability is appended to it before the token is yielded."""
     if max_new_tokens <= 0:
         return
-    _, logits = start if start is not None else prompt_cache.prefill_hidden(model, input_ids)
+    _, logits = start if start is not None else runtime.prefill_hidden(input_ids)
     for step in range(max_new_tokens):
         if cancel is not None and cancel.is_set():
             return
-        token = int(torch.argmax(logits))
+        token = greedy(logits)
         if confidences is not None:
             confidences.append(confidence(logits))
         yield token
         if token in eos_ids or step == max_new_tokens - 1:
             return
-        _, logits = prompt_cache.append(model, token)
+        _, logits = runtime.append(token)
 
 
 @dataclass
@@ -190,47 +183,18 @@ def _ema(old: float, new: float, keep: float = 0.9) -> float:
     return new if not old else keep * old + (1 - keep) * new
 
 
-@dataclass
-class Verified:
-    """One verification pass over a draft tree. The logits are computed only for the nodes the
-    accepted path reaches: on a CPU a float output layer costs as much as a layer or two, and a
-    matrix of a few rows costs two to three times one row (measured: 12,288 x 256 output layer, 0.42
-    ms for 1 row, 0.92 ms for 2, 2.8 ms for 17; SmolLM2's 49,152 x 576: 10 ms for 1 or 2 rows, 21 for
-    4), while a path is usually a node or two. Where `batch_rows` rows cost about what one does (an
-    int8 output layer: 1.4 ms for 1 to 16 rows), the first `batch_rows` nodes get theirs in one go."""
-
-    tree: DraftTree
-    hidden: torch.Tensor  # (N, H) the base model's last hidden state after each node
-    head: torch.nn.Module  # the output layer
-    past: int  # cached positions before the tree
-    batch_rows: int = 1
-    _logits: dict[int, torch.Tensor] = field(default_factory=dict)
-
-    def logits(self, node: int) -> torch.Tensor:
-        if node not in self._logits:
-            if node < self.batch_rows and len(self.tree) > 1:
-                rows = min(self.batch_rows, len(self.tree))
-                self._logits.update(enumerate(self.head(self.hidden[:rows])))
-            else:
-                self._logits[node] = self.head(self.hidden[node])
-        return self._logits[node]
-
-    def greedy_next(self, node: int) -> int:
-        """The base model's greedy choice after `node` (models with a final logit scale or soft-cap
-        apply a monotonic function, which leaves the argmax unchanged)."""
-        return int(torch.argmax(self.logits(node)))
-
-
 class Speculator:
     """Owns the draft sources, the controller that decides how much to draft, and the statistics;
     runs the speculative loop."""
 
-    def __init__(self, drafters: list[DraftSource], controller: DraftController | None = None):
+    def __init__(self, drafters: list[DraftSource], controller: DraftController | None = None,
+                 max_rows: int | None = None):
         # A standby source is asked only when nothing asked before it has a guess: the cheap sources
         # first, then (in the list's order) the corpus table before the heads.
         self.drafters = sorted(drafters, key=lambda d: d.standby)
         self.controller = controller or DraftController()
-        self.sizer = TreeSizer()
+        # the runtime's widest exact pass (llama.cpp: runtime/llamacpp.py), else the sizer's own bound
+        self.sizer = TreeSizer(max_rows) if max_rows else TreeSizer()
         self.batch_rows = 0  # rows of the output layer that cost about one row's time (0: not measured yet)
         self.stats = SpecStats()
         # the last request's verification steps: (nodes drafted, drafts accepted, ms drafting, ms in all)
@@ -239,19 +203,17 @@ class Speculator:
     def drafter(self, name: str) -> DraftSource | None:
         return next((d for d in self.drafters if d.name == name), None)
 
-    @torch.inference_mode()
-    def tokens(self, model, prompt_cache: kv.PromptCache, input_ids: list[int], max_new_tokens: int,
-               eos_ids: set[int], cancel: threading.Event | None = None,
-               start: tuple[torch.Tensor, torch.Tensor] | None = None,
+    def tokens(self, runtime: Runtime, input_ids: list[int], max_new_tokens: int,
+               eos_ids: set[int], cancel: threading.Event | None = None, start: tuple | None = None,
                confidences: list[float] | None = None) -> Iterator[int]:
         """Greedy decoding that verifies a tree of drafted tokens per forward pass. `start`: the
         cache already holds `input_ids`, and this is the (hidden state, logits) after them.
         `confidences`: as for greedy_tokens."""
         if max_new_tokens <= 0:
             return
-        hidden_last, logits = start if start is not None else prompt_cache.prefill_hidden(model, input_ids)
+        hidden_last, logits = start if start is not None else runtime.prefill_hidden(input_ids)
         if self.drafters and (self.sizer.cost.missing() or not self.batch_rows):
-            self.calibrate(model, prompt_cache, hidden_last)  # before the clock of any step starts
+            self.calibrate(runtime)  # before the clock of any step starts
         context = list(input_ids)
         produced = 0
         self.controller.reset()
@@ -259,7 +221,7 @@ class Speculator:
         while True:
             if cancel is not None and cancel.is_set():
                 return
-            root = int(torch.argmax(logits))
+            root = greedy(logits)
             remaining = max_new_tokens - produced
             state = DraftState(context + [root], hidden_last, len(input_ids), max_len=remaining - 1)
             if root in eos_ids or remaining == 1:  # the last token: nothing left to draft for
@@ -277,8 +239,10 @@ class Speculator:
             drafts = build_tree(root, [c for cs in proposals.values() for c in cs],
                                 max_nodes=self.sizer.max_rows, max_depth=remaining - 1)
             tree = subtree(drafts, self.sizer.choose(drafts)) if len(drafts) > 1 else drafts
+            if runtime.max_branches == 1 and len(tree) > 1:  # a runtime that verifies chains only
+                tree = subtree(tree, first_chain(tree))
             verifying = time.perf_counter()
-            verified = self.verify(model, prompt_cache, tree, hidden_last, self.batch_rows)
+            verified = runtime.verify(tree, self.batch_rows)
             path = accept_longest_path(tree, verified.greedy_next)
             accepted = [tree.tokens[i] for i in path]
             if len(drafts) > 1:
@@ -286,7 +250,7 @@ class Speculator:
                 self.sizer.observe(drafts, known, len(tree), (time.perf_counter() - verifying) * 1000)
             else:
                 self.sizer.cost.record(1, (time.perf_counter() - verifying) * 1000)
-            self.commit(prompt_cache, verified, path)
+            runtime.commit(verified, path)  # the cache and its tokens keep the accepted path
             seconds = time.perf_counter() - started
             self.account(tree, path, asked, seconds)
             self.last_steps.append((len(tree) - 1, len(path) - 1, round((drafted - started) * 1000, 3),
@@ -294,7 +258,6 @@ class Speculator:
             self.observe(StepOutcome(state, proposals, accepted[1:], verified.greedy_next(path[-1]),
                                      verified=len(tree) > 1))
             context.extend(accepted)
-            prompt_cache.tokens = list(context)
             for i, token in enumerate(accepted):
                 produced += 1
                 self.stats.tokens += 1
@@ -322,50 +285,13 @@ class Speculator:
                 drafted = drafted or any(not c.hint for c in guesses)
         return proposals, asked
 
-    @staticmethod
-    def verify(model, prompt_cache: kv.PromptCache, tree: DraftTree, hidden_last: torch.Tensor,
-               batch_rows: int = 1) -> Verified:
-        """One forward pass over every node of the tree, each seeing only its ancestors."""
-        past = kv.cached_length(prompt_cache.cache)
-        device = next(model.parameters()).device  # where the input ids go, as in the prompt cache
-        ids = torch.tensor([tree.tokens], device=device)
-        if len(tree) == 1:
-            hidden = kv.forward_hidden(model, ids, prompt_cache.cache)
-        else:
-            positions = torch.tensor([[past + d for d in tree.depths]], device=device)
-            mask = tree_attention_mask(tree, past, hidden_last.dtype, device)
-            hidden = kv.forward_hidden(model, ids, prompt_cache.cache, attention_mask=mask, position_ids=positions)
-        return Verified(tree, hidden[0], output_layer(model), past, max(1, batch_rows))
-
-    def calibrate(self, model, prompt_cache: kv.PromptCache, hidden_last: torch.Tensor) -> None:
-        """Measure what this device charges: a verification pass of each size the sizer weighs (a
-        chain of the last token, as long as a tree), and the output layer for 1 to 32 rows; the
-        cache is cut back after each pass. Once per speculator, at its first drafted step."""
-        past = kv.cached_length(prompt_cache.cache)
-        token = prompt_cache.tokens[-1] if prompt_cache.tokens else 0
-        for rows in [1] + self.sizer.cost.missing():  # the first pass also warms the kernels
-            chain = DraftTree()
-            for depth in range(rows):
-                chain.add(token, depth - 1, "calibration")
-            started = time.perf_counter()
-            verified = self.verify(model, prompt_cache, chain, hidden_last)
-            accept_longest_path(chain, verified.greedy_next)
-            self.sizer.cost.record(rows, (time.perf_counter() - started) * 1000)
-            kv.crop(prompt_cache.cache, past)
-        head, hidden = output_layer(model), hidden_last.reshape(1, -1)
-        ms = {}
-        for rows in (1, 1, 2, 4, 8, 16, 32):  # 1 twice: the first call warms up
-            batch = hidden.expand(rows, -1).contiguous()
-            started = time.perf_counter()
-            head(batch)
-            ms[rows] = (time.perf_counter() - started) * 1000
-        self.batch_rows = max(rows for rows in ms if ms[rows] <= 1.25 * ms[1])
-
-    @staticmethod
-    def commit(prompt_cache: kv.PromptCache, verified: Verified, path: list[int]) -> None:
-        """Keep the accepted path's entries in the KV cache, drop the other nodes'."""
-        if len(verified.tree) > 1:
-            kv.keep_positions(prompt_cache.cache, verified.past, [verified.past + i for i in path])
+    def calibrate(self, runtime: Runtime) -> None:
+        """Measure what this runtime charges here: a verification pass of each size the sizer weighs
+        (the first also warms the kernels), and how many output-layer rows cost about one. Once per
+        speculator, at its first drafted step."""
+        for rows in [1] + self.sizer.cost.missing():
+            self.sizer.cost.record(rows, runtime.pass_ms(rows))
+        self.batch_rows = runtime.output_batch_rows()
 
     def account(self, tree: DraftTree, path: list[int], asked: dict[str, float], seconds: float) -> None:
         """Statistics, and the controller's view of which sources pay for their rows and their time."""

@@ -81,6 +81,14 @@ def subtree(tree: DraftTree, keep: list[int]) -> DraftTree:
     return out
 
 
+def first_chain(tree: DraftTree) -> list[int]:
+    """The root, its first child, that one's first child, ...: the tree's leading chain."""
+    chain = [0]
+    while tree.children[chain[-1]]:
+        chain.append(min(tree.children[chain[-1]].values()))
+    return chain
+
+
 def tree_attention_mask(tree: DraftTree, past: int, dtype: torch.dtype, device) -> torch.Tensor:
     """Additive mask (1, 1, N, past + N): every node sees the cached past, its ancestors and itself."""
     n = len(tree)

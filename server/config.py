@@ -32,6 +32,8 @@ class Settings:
     # "auto" (on a CPU measured once per CPU and model: engine/auto_dtype.py; bf16/fp16 on a GPU), "int8",
     # "float32", "bfloat16", "float16"
     dtype: str = "auto"
+    # what runs the model in process: "auto" (llama.cpp for a GGUF file on a CPU), "torch", "llamacpp"
+    runtime: str = "auto"
     max_new_tokens: int = 64  # upper bound on one completion's length in tokens (single lines: 32 at most)
     multiline: str = "auto"  # "auto" | "always" | "never"
     context_budget: int = 1024  # prompt tokens (prefix + suffix) given to the model
@@ -51,7 +53,8 @@ class Settings:
 
     def engine_spec(self, workspace: str = "") -> EngineSpec:
         """The engine these settings name, as the engine package takes it."""
-        return EngineSpec(self.model, self.draft_model, self.device, self.dtype, self.backend, workspace)
+        return EngineSpec(self.model, self.draft_model, self.device, self.dtype, self.backend, workspace,
+                          self.runtime)
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,7 @@ VALIDATORS = {
     "draft_model": _model,
     "device": _device,
     "dtype": _choice("auto", "int8", "float32", "bfloat16", "float16"),
+    "runtime": _choice("auto", "torch", "llamacpp"),
     "max_new_tokens": _int_range(1, 1024),
     "multiline": _choice("auto", "always", "never"),
     "context_budget": _int_range(64, 32768),

@@ -42,7 +42,7 @@ def load_with_fallback(load: Callable[[Settings], Engine], settings: Settings,
                 return engine
         defaults = Settings()
         fallback = dataclasses.replace(settings, model=defaults.model, draft_model=defaults.draft_model,
-                                       device=defaults.device, dtype=defaults.dtype)
+                                       device=defaults.device, dtype=defaults.dtype, runtime=defaults.runtime)
         if fallback == settings:
             raise
         say(f"{exc}. Using the default model, device and dtype instead.")
@@ -64,7 +64,7 @@ class EngineHolder:
     def ensure(self, settings: Settings) -> tuple[Future, bool]:
         """(the load of the engine `settings` name, whether it starts now): unless it is loaded or
         loading already."""
-        key = (settings.model, settings.draft_model, settings.device, settings.dtype, settings.backend)
+        key = (settings.model, settings.draft_model, settings.device, settings.dtype, settings.runtime, settings.backend)
         started = self._future is None or key != self._key or self._future.cancelled()
         if started:
             self._key = key

@@ -178,6 +178,8 @@ class HeadDrafter(DraftSource):
 
     @classmethod
     def for_model(cls, model, model_dir: Path | None) -> HeadDrafter | None:
+        if not isinstance(model, torch.nn.Module):  # heads run beside a torch model's output layer
+            return None
         folder = heads_folder(model_dir)
         heads = DraftHeads.load(folder) if folder is not None else None
         if heads is None or heads.config.hidden_size != model.config.hidden_size:

@@ -17,7 +17,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_a_gguf_file_loads_and_decodes_like_the_model_it_was_written_from(tiny_gguf, tiny_model_dir, cache):
-    engine = load_engine(str(tiny_gguf), device="cpu")
+    engine = load_engine(str(tiny_gguf), device="cpu", runtime="torch")
     original = load_engine(str(tiny_model_dir), device="cpu")
     assert engine.name == str(tiny_gguf) and engine.model_dir.startswith(str(cache / "gguf"))
     prompt = "def add(a, b):\n    return a + b\n\nclass Item:\n    def __init__(self, name):\n        self."
@@ -42,14 +42,14 @@ def test_dequantized_one_tensor_at_a_time_the_weights_are_transformers_own(tiny_
 
 
 def test_the_second_start_loads_the_cached_folder(tiny_gguf, cache, monkeypatch):
-    load_engine(str(tiny_gguf), device="cpu")
+    load_engine(str(tiny_gguf), device="cpu", runtime="torch")
     (folder,) = (cache / "gguf").iterdir()
 
     def no_dequantizing(*args):
         raise AssertionError("dequantized again")
 
     monkeypatch.setattr(gguf, "_dequantize", no_dequantizing)
-    assert load_engine(str(tiny_gguf), device="cpu").model_dir == str(folder)
+    assert load_engine(str(tiny_gguf), device="cpu", runtime="torch").model_dir == str(folder)
 
 
 def test_a_folder_with_one_gguf_file_is_that_file_and_two_are_an_error(tiny_gguf, tmp_path, cache):
@@ -59,7 +59,7 @@ def test_a_folder_with_one_gguf_file_is_that_file_and_two_are_an_error(tiny_gguf
     assert gguf.gguf_file(str(folder)) == folder / "a.gguf"
     shutil.copy(tiny_gguf, folder / "b.gguf")
     with pytest.raises(ModelLoadError, match="2 GGUF files"):
-        load_engine(str(folder))
+        load_engine(str(folder), runtime="torch")
 
 
 def test_missing_and_broken_gguf_files_are_clear_errors(tmp_path, cache):
@@ -96,4 +96,4 @@ def test_draft_files_of_a_gguf_model_go_beside_its_dequantized_copy(tiny_gguf, c
     assert main(["train", "ngrams", "--model", str(tiny_gguf), "--corpus", str(code_corpus), "--min-count", "1",
                  "--val-fraction", "0"]) == 0
     assert (folder / "draft_ngrams.npz").is_file()
-    assert load_engine(str(tiny_gguf), device="cpu").speculator.drafter("table") is not None
+    assert load_engine(str(tiny_gguf), device="cpu", runtime="torch").speculator.drafter("table") is not None

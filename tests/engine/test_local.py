@@ -175,7 +175,7 @@ def test_a_single_line_ends_before_the_first_token_the_model_is_unsure_of(tiny_m
     ids = engine.prompt(prefix, heal=False).ids
     confidences: list[float] = []
     engine.prompt_cache.clear()
-    tokens = list(greedy_tokens(engine.model, ids, 12, engine.end_ids, engine.prompt_cache, confidences=confidences))
+    tokens = list(engine.runtime.steps(greedy_tokens(engine.runtime, ids, 12, engine.end_ids, confidences=confidences)))
     assert len(confidences) == len(tokens)
     ends = [i for i, t in enumerate(tokens) if t in engine.end_ids] + [len(tokens)]
     k = min(range(1, ends[0]), key=lambda i: confidences[i])  # the least sure token after the first

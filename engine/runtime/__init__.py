@@ -1,0 +1,103 @@
+"""What runs the target model's forward over a token tree and keeps its KV cache: a runtime.
+
+The speculation (speculate.py: the drafts, the tree, the acceptance rule) is written once against
+this small interface; two runtimes implement it:
+
+- `TorchRuntime` (torch_runtime.py): transformers on any device; the GPU, training, and the bit-exact
+  Python API in float32;
+- `LlamaCppRuntime` (llamacpp.py): llama.cpp's kernels through llama-cpp-python's low-level API, on
+  a GGUF file as it is (no float32 copy); a whole tree in one `llama_decode`, each branch its own
+  sequence of a unified KV cache.
+
+A runtime holds one prompt's cache (`tokens`: the ids it holds, in order) and answers:
+
+    prefill_hidden(ids)        the cache brought to exactly `ids` (the longest cached prefix kept);
+                               the last position's (hidden, logits)
+    append(token)              one more token: its (hidden, logits)
+    warm(ids, cancel, chunk)   `ids` computed ahead of a request, `chunk` tokens a pass
+    verify(tree, batch_rows)   one pass over a draft tree after the cache: a Verified (each node's
+                               hidden state, its logits on demand)
+    commit(verified, path)     keep the accepted path's entries (and its tokens), drop the rest
+    pass_ms(rows)              what a verification pass of `rows` nodes costs here, measured
+    output_batch_rows()        rows of the output layer that cost about one row's time
+
+Logits and hidden states are arrays of the runtime's own kind (torch tensors, numpy arrays):
+`greedy` and `confidence` below read either.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from ..verify import DraftTree
+
+
+def greedy(logits) -> int:
+    """The greedy choice (torch and numpy alike)."""
+    return int(logits.argmax())
+
+
+def confidence(logits) -> float:
+    """The probability the model gives its greedy choice: 1 / sum(exp(l - max))."""
+    shifted = logits - logits.max()
+    total = shifted.exp().sum() if hasattr(shifted, "exp") else _np_exp_sum(shifted)
+    return 1.0 / float(total) if math.isfinite(float(total)) else 0.0
+
+
+def _np_exp_sum(values) -> float:
+    import numpy as np
+
+    return float(np.exp(values.astype("float64")).sum())
+
+
+@dataclass
+class Verified:
+    """One verification pass over a draft tree: each node's last hidden state, and its logits,
+    computed on demand by `logits_of` (a torch runtime's output layer runs only for the nodes the
+    accepted path reaches) or read from the pass (llama.cpp computes them in the pass)."""
+
+    tree: DraftTree
+    hidden: Any  # (N, H): the hidden state after each node
+    logits_of: Callable[[int], Any]  # node -> its logits (cached here)
+    past: int  # cached positions before the tree
+    _logits: dict[int, Any] = field(default_factory=dict)
+
+    def logits(self, node: int):
+        if node not in self._logits:
+            self._logits[node] = self.logits_of(node)
+        return self._logits[node]
+
+    def greedy_next(self, node: int) -> int:
+        """The base model's greedy choice after `node` (models with a final logit scale or soft-cap
+        apply a monotonic function, which leaves the argmax unchanged)."""
+        return greedy(self.logits(node))
+
+
+class Runtime(Protocol):
+    name: str  # "torch" or "llamacpp"
+    max_branches: int  # branches a verification pass may carry (1: chains only)
+    tokens: list[int]
+    reused_tokens: int
+    last_lookup_ms: float
+    last_prefill_ms: float
+
+    def prefill_hidden(self, input_ids: list[int]) -> tuple[Any, Any]: ...
+
+    def append(self, token: int) -> tuple[Any, Any]: ...
+
+    def warm(self, input_ids: list[int], cancel, chunk: int = 64) -> int: ...
+
+    def verify(self, tree: DraftTree, batch_rows: int = 1) -> Verified: ...
+
+    def commit(self, verified: Verified, path: list[int]) -> None: ...
+
+    def pass_ms(self, rows: int) -> float: ...
+
+    def output_batch_rows(self) -> int: ...
+
+    def steps(self, tokens: Iterator[int]) -> Iterator[int]:
+        """A decoding loop's iterator, each step run the way this runtime needs (torch: inference
+        mode, entered around each step: a generator's caller must not run in it)."""

@@ -1,0 +1,442 @@
+"""The llama.cpp runtime: the target's forward on llama.cpp's kernels, in process, through
+llama-cpp-python's low-level API, on a GGUF file as it is (no float32 copy, no torch, no
+transformers on a keystroke).
+
+One context, one unified KV cache. Sequence 0 holds the prompt and what was accepted. A draft tree
+goes in one `llama_decode`: each branch (root to leaf) is a sequence of its own, a node shared by
+several branches carries each of their ids, and every node asks for its logits. The accepted path
+is then copied into sequence 0 and the branches removed (`llama_memory_seq_cp/rm`).
+
+The final hidden state (embeddings on, pooling none) comes beside the logits only for a runtime
+made with `hidden=True` (draft heads read it): with embeddings on, llama.cpp computes every token's
+output, a prompt's included (Qwen2.5-Coder's 151,936 logits for each of a prompt's tokens).
+
+Exactness. llama.cpp's kernels sum a row differently by batch size, in classes (measured here, row
+by row against each other): Qwen2.5-Coder-0.5B Q4_K_M gives the same logits, bit for bit, for 1 to 7
+rows and again among 8 rows and more, 0.27-0.34 apart between the two; the embedded model exported
+in float32 gives one result for 1 row and another for every batch of 2 to 16 (6.6e-5 apart); with
+the repacked "extra buffer" weights on, Qwen's rows differed already at 4 (0.31). So: extra buffers
+off, and at load (`measure_kernel_classes`) the sizes that agree with each other are found. Plain
+decoding (`append`) and every verification pass then run in one class: one row and trees of up to
+the class's largest size where one row is in a class of its own company (Qwen: trees of up to 7),
+else every decode padded to two rows at least (a second row in a scratch sequence, dropped after)
+and trees of up to the batch class's largest size (the embedded model: 16). A tree's every row asks
+for its logits, so the output layer runs in the same class too. The cells a pass fills also matter
+(attention sums over cells in their order): the tree's first chain goes first in the batch, so a path
+along it lies in order and the next token fills the cell right after it; a path that leaves it is
+decoded again in order (`commit`), as plain decoding would have laid it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..protocol import EngineError, ModelLoadError
+from ..verify import DraftTree, first_chain
+from . import Verified
+
+log = logging.getLogger(__name__)
+
+BATCH = 512  # tokens a decode takes at most (a prefill goes in chunks of this)
+MAX_BRANCHES = 16  # sequences a tree may use besides sequence 0
+PAD_SEQ = MAX_BRANCHES + 1  # the scratch sequence of a padding row
+PROBE_ROWS = 16  # batch sizes tried at load: 1..this
+
+
+class LlamaCppUnavailable(RuntimeError):
+    """llama-cpp-python cannot be imported here (not built, no compiler, another OS)."""
+
+
+def import_llama_cpp():
+    try:
+        import llama_cpp
+    except (ImportError, OSError) as exc:  # OSError: the shared library failed to load
+        raise LlamaCppUnavailable(f"llama-cpp-python is not available ({exc})") from exc
+    import llama_cpp._logger  # noqa: F401 - routes llama.cpp's log through the logger below
+
+    # which prints every line of a model load to stderr unless told otherwise
+    if logging.getLogger("llama-cpp-python").level == logging.NOTSET:
+        logging.getLogger("llama-cpp-python").setLevel(logging.WARNING)
+    return llama_cpp
+
+
+_backend_ready = False
+
+
+class LlamaCppRuntime:
+    name = "llamacpp"
+
+    def __init__(self, path: Path, threads: int, n_ctx: int = 4096, hidden: bool = False):
+        global _backend_ready
+        L = import_llama_cpp()
+        self.L = L
+        if not _backend_ready:
+            L.llama_backend_init()
+            _backend_ready = True
+        params = L.llama_model_default_params()
+        params.use_extra_bufts = False  # repacked weights sum a row differently by batch (see above)
+        self.path = Path(path)
+        self.model = L.llama_model_load_from_file(str(path).encode(), params)
+        if not self.model:
+            raise ModelLoadError(f"GGUF file {str(path)!r} could not be loaded by llama.cpp; is it a model llama.cpp "
+                                 "runs? Set `model` to another file, or runtime = \"torch\"")
+        ctx_params = L.llama_context_default_params()
+        ctx_params.n_ctx = n_ctx
+        ctx_params.n_batch = ctx_params.n_ubatch = BATCH
+        ctx_params.n_seq_max = PAD_SEQ + 1
+        ctx_params.kv_unified = True  # branches share the prompt's cells
+        ctx_params.embeddings = hidden  # the final hidden state beside the logits
+        ctx_params.pooling_type = L.LLAMA_POOLING_TYPE_NONE
+        self.with_hidden = hidden
+        ctx_params.n_threads = ctx_params.n_threads_batch = threads
+        self.ctx = L.llama_init_from_model(self.model, ctx_params)
+        if not self.ctx:
+            L.llama_model_free(self.model)
+            raise ModelLoadError(f"llama.cpp could not make a context for {str(path)!r} ({n_ctx} tokens)")
+        self.threads = threads
+        self.n_ctx = n_ctx
+        self.vocab = L.llama_model_get_vocab(self.model)
+        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        self.n_embd = L.llama_model_n_embd(self.model)
+        self.memory = L.llama_get_memory(self.ctx)
+        self.batch = L.llama_batch_init(BATCH, 0, PAD_SEQ + 1)
+        self.weights_type = _weights_type(L, self.model)
+        self.cache = self  # what the engine asks a prompt cache (rendered prompts, figures) is asked here
+        self.reuse = True
+        self.tokens: list[int] = []  # what sequence 0 holds, position by position
+        self.prompt_tokens = 0
+        self.reused_tokens = 0
+        self.last_lookup_ms = 0.0
+        self.last_prefill_ms = 0.0
+        self.prefill_threads = None
+        # measured by measure_kernel_classes(): the widest exact tree, and the fewest rows a decode runs
+        self.exact_rows = 1
+        self.min_rows = 1
+        self.max_branches = 1  # trees with branches only where measure_kernel_classes finds them exact
+        self.kernel_classes: list[list[int]] = []
+        self.class_differences: dict[str, float] = {}
+        self._ready: tuple[list[int], np.ndarray, np.ndarray] | None = None  # a warm-up's whole prompt
+        self._rendered: tuple[tuple, object] | None = None
+        self.closed = False
+
+    # --- the batch ------------------------------------------------------------------------------
+
+    def _decode(self, items: list[tuple[int, int, tuple[int, ...], bool]]) -> None:
+        """One llama_decode of (token, position, sequence ids, wants output) items."""
+        batch, L = self.batch, self.L
+        batch.n_tokens = len(items)
+        for i, (token, position, seqs, output) in enumerate(items):
+            batch.token[i] = token
+            batch.pos[i] = position
+            batch.n_seq_id[i] = len(seqs)
+            for j, seq in enumerate(seqs):
+                batch.seq_id[i][j] = seq
+            batch.logits[i] = output
+        code = L.llama_decode(self.ctx, batch)
+        if code != 0:
+            raise EngineError(f"llama_decode failed (code {code}: {'no room in the KV cache' if code == 1 else 'error'}) "
+                              f"at {len(self.tokens)} cached tokens")
+
+    def _logits(self, i: int) -> np.ndarray:
+        return np.ctypeslib.as_array(self.L.llama_get_logits_ith(self.ctx, i), shape=(self.n_vocab,)).copy()
+
+    def _hidden(self, i: int) -> np.ndarray:
+        if not self.with_hidden:
+            return np.empty(0, dtype=np.float32)
+        return np.ctypeslib.as_array(self.L.llama_get_embeddings_ith(self.ctx, i), shape=(self.n_embd,)).copy()
+
+    def _crop(self, length: int) -> None:
+        """Sequence 0 back to its first `length` positions (every other sequence emptied)."""
+        self.L.llama_memory_seq_rm(self.memory, 0, length, -1)
+        self.tokens = self.tokens[:length]
+
+    def _run(self, ids: list[int], start: int, last_output: bool = True, cancel=None) -> int:
+        """`ids` decoded into sequence 0 from position `start`, BATCH at a time; the last asks for
+        its output. Returns where it stopped (cancel is checked between chunks)."""
+        position = start
+        while position < start + len(ids):
+            if cancel is not None and cancel.is_set():
+                break
+            chunk = ids[position - start:position - start + BATCH]
+            end = position + len(chunk)
+            self._decode([(t, position + k, (0,), last_output and position + k == start + len(ids) - 1)
+                          for k, t in enumerate(chunk)])
+            self.tokens = self.tokens + chunk
+            position = end
+        return position
+
+    # --- the prompt -----------------------------------------------------------------------------
+
+    def _reuse(self, input_ids: list[int]) -> int:
+        keep = min(_common_prefix(self.tokens, input_ids), len(input_ids) - 1)
+        if not self.reuse:
+            keep = 0
+        self._crop(max(0, keep))
+        return max(0, keep)
+
+    def prefill_hidden(self, input_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Sequence 0 brought to exactly `input_ids`, the longest cached prefix kept; the last
+        position's hidden state and logits."""
+        started = time.perf_counter()
+        self.prompt_tokens += len(input_ids)
+        if self._ready is not None and self._ready[0] == input_ids == self.tokens:
+            _, hidden, logits = self._ready
+            self._ready = None
+            self.reused_tokens += len(input_ids)
+            self.last_lookup_ms, self.last_prefill_ms = (time.perf_counter() - started) * 1000, 0.0
+            return hidden, logits
+        self._ready = None
+        if len(input_ids) > self.n_ctx - 2 * MAX_BRANCHES:
+            raise EngineError(f"the prompt is {len(input_ids)} tokens, over this context's {self.n_ctx}")
+        keep = self._reuse(input_ids)
+        looked_up = time.perf_counter()
+        self._run(input_ids[keep:], keep)
+        self.reused_tokens += keep
+        hidden, logits = self._hidden(-1), self._logits(-1)
+        self.last_lookup_ms = (looked_up - started) * 1000
+        self.last_prefill_ms = (time.perf_counter() - looked_up) * 1000
+        return hidden, logits
+
+    def warm(self, input_ids: list[int], cancel, chunk: int = 64) -> int:
+        """`input_ids` computed ahead of a request, `chunk` tokens a decode (a request waits at most
+        one); when all are in, the logits after them wait for the request with this very prompt."""
+        self._ready = None
+        if not input_ids or len(input_ids) > self.n_ctx - 2 * MAX_BRANCHES:
+            return 0
+        keep = self._reuse(input_ids)
+        position = keep
+        while position < len(input_ids) and not cancel.is_set():
+            end = min(position + chunk, len(input_ids))
+            position = self._run(input_ids[position:end], position, last_output=end == len(input_ids))
+        if position == len(input_ids) and position > keep:
+            self._ready = (list(input_ids), self._hidden(-1), self._logits(-1))
+        return position - keep
+
+    def append(self, token: int) -> tuple[np.ndarray, np.ndarray]:
+        self._decode_padded([(token, len(self.tokens), (0,), True)])
+        self.tokens = self.tokens + [token]
+        return self._hidden(0), self._logits(0)
+
+    def _decode_padded(self, items: list) -> None:
+        """A decode of at least `min_rows` rows: padding rows (the last token again, in the scratch
+        sequence, its output asked too) are dropped after."""
+        pad = self.min_rows - len(items)
+        if pad > 0:
+            token, position = items[-1][0], items[-1][1]
+            items = items + [(token, position, (PAD_SEQ,), True)] * pad
+        self._decode(items)
+        if pad > 0:
+            self.L.llama_memory_seq_rm(self.memory, PAD_SEQ, -1, -1)
+
+    def steps(self, tokens):
+        return tokens
+
+    def can_crop(self) -> bool:
+        return True
+
+    def warm_up(self, token: int) -> None:
+        """One token through the model and out again: the first decode builds what llama.cpp builds."""
+        self._crop(0)
+        self.append(token)
+        self._crop(0)
+
+    # --- a draft tree ----------------------------------------------------------------------------
+
+    def verify(self, tree: DraftTree, batch_rows: int = 1) -> Verified:
+        """One decode after sequence 0, every node asking for its logits. A chain goes straight into
+        sequence 0; a tree with branches (only where measured exact: `max_branches`) gives each
+        branch a sequence of its own, sharing the prompt's cells, in the tree's order, so the first
+        chain takes cells in order."""
+        past, n = len(self.tokens), len(tree)
+        if all(tree.parents[i] == i - 1 for i in range(n)):
+            self._decode_padded([(tree.tokens[i], past + i, (0,), True) for i in range(n)])
+            verified = Verified(tree, np.stack([self._hidden(i) for i in range(n)]), self._logits, past)
+            verified.branches = {}
+            return verified
+        leaves = [i for i in range(n) if not tree.children[i]]
+        if len(leaves) > min(self.max_branches, MAX_BRANCHES):
+            raise EngineError(f"a tree of {len(leaves)} branches, over the {self.max_branches} this runtime verifies")
+        seqs: list[set[int]] = [set() for _ in range(n)]
+        for b, leaf in enumerate(leaves, start=1):  # every node on a branch carries the branch's id
+            node = leaf
+            while node >= 0:
+                seqs[node].add(b)
+                node = tree.parents[node]
+            self.L.llama_memory_seq_cp(self.memory, 0, b, 0, past)  # the prompt's cells are the branch's too
+        self._decode_padded([(tree.tokens[i], past + tree.depths[i], tuple(sorted(seqs[i])), True) for i in range(n)])
+        verified = Verified(tree, np.stack([self._hidden(i) for i in range(n)]), self._logits, past)
+        verified.branches = {leaf: b for b, leaf in enumerate(leaves, start=1)}
+        return verified
+
+    def commit(self, verified: Verified, path: list[int]) -> None:
+        """Sequence 0 keeps the accepted path and drops the rest. A chain's path lies in sequence 0
+        already, in order; a branch's is copied in when it runs along the first chain (in order
+        too), else decoded again, in order, as plain decoding lays it."""
+        tree, past = verified.tree, verified.past
+        accepted = [tree.tokens[i] for i in path]
+        if not verified.branches:
+            self.L.llama_memory_seq_rm(self.memory, 0, past + len(path), -1)
+            self.tokens = self.tokens + accepted
+            return
+        chain = first_chain(tree)
+        along = path == chain[:len(path)] and chain == list(range(len(chain)))
+        if along:
+            leaf = next(leaf for leaf, b in verified.branches.items() if _on_branch(tree, path[-1], leaf))
+            self.L.llama_memory_seq_cp(self.memory, verified.branches[leaf], 0, past, past + len(path))
+        for b in verified.branches.values():
+            self.L.llama_memory_seq_rm(self.memory, b, -1, -1)
+        if along:
+            self.tokens = self.tokens + accepted
+        else:
+            self._run(accepted, past, last_output=False)
+
+    # --- what this machine charges -------------------------------------------------------------
+
+    def pass_ms(self, rows: int) -> float:
+        """A decode of `rows` nodes (a chain of the last token) with logits for each, timed; then
+        undone."""
+        past = len(self.tokens)
+        token = self.tokens[-1] if self.tokens else 0
+        started = time.perf_counter()
+        self._decode_padded([(token, past + k, (0,), True) for k in range(rows)])
+        for k in range(rows):
+            self._logits(k)
+        ms = (time.perf_counter() - started) * 1000
+        self.L.llama_memory_seq_rm(self.memory, 0, past, -1)
+        return ms
+
+    def output_batch_rows(self) -> int:
+        return 1 << 30  # logits come with the pass: no output layer to run afterwards
+
+    def measure_kernel_classes(self, ids: list[int]) -> tuple[int, int]:
+        """Which batch sizes (1..PROBE_ROWS) give the same logits, bit for bit, after `ids`: the
+        first rows of a chain decoded at each size, compared. Sets (min_rows, exact_rows): the
+        fewest rows every decode runs and the widest tree, both in one class."""
+        self._crop(0)
+        self._run(ids, 0)
+        past = len(self.tokens)
+        probe = [ids[(k * 7) % len(ids)] for k in range(PROBE_ROWS)]  # tokens of the text itself
+        rows_of: dict[int, list[np.ndarray]] = {}
+        for size in range(1, PROBE_ROWS + 1):
+            self._decode([(token, past + k, (0,), True) for k, token in enumerate(probe[:size])])
+            rows_of[size] = [self._logits(k) for k in range(min(size, 2))]
+            self.L.llama_memory_seq_rm(self.memory, 0, past, -1)
+        self._crop(0)
+
+        def same(a: int, b: int) -> bool:  # the rows both sizes have, equal
+            return all(np.array_equal(x, y) for x, y in zip(rows_of[a], rows_of[b]))
+
+        classes: list[list[int]] = []
+        for size in range(1, PROBE_ROWS + 1):
+            if classes and same(classes[-1][0], size) and same(classes[-1][-1], size):
+                classes[-1].append(size)
+            else:
+                classes.append([size])
+        self.kernel_classes = classes
+        for earlier, later in zip(classes, classes[1:]):
+            a, b = earlier[-1], later[0]
+            self.class_differences[f"{a}-{b}"] = float(np.abs(rows_of[a][0] - rows_of[b][0]).max())
+        first = classes[0]
+        if len(first) > 1 or len(classes) == 1:  # one row shares its kernels with small batches
+            self.min_rows, self.exact_rows = 1, first[-1]
+        else:  # one row is a class of its own: every decode runs batched
+            self.min_rows, self.exact_rows = classes[1][0], classes[1][-1]
+        self.max_branches = MAX_BRANCHES if self._branches_exact(ids, probe) else 1
+        return self.min_rows, self.exact_rows
+
+    def _branches_exact(self, ids: list[int], probe: list[int]) -> bool:
+        """Whether a tree with two branches (each its own sequence) gives its nodes the logits a
+        chain gives them. Measured here on Qwen2.5-Coder-0.5B Q4_K_M: it did not (0.29 in a logit
+        at the root), so trees there are chains."""
+        if self.exact_rows < 3:
+            return False
+        self._crop(0)
+        self._run(ids, 0)
+        chain = DraftTree()
+        chain.add(probe[0], -1, "probe")
+        chain.add(probe[1], 0, "probe")
+        expected = self.verify(chain)
+        want = [expected.logits(0), expected.logits(1)]
+        self.L.llama_memory_seq_rm(self.memory, 0, len(ids), -1)
+        tree = DraftTree()
+        tree.add(probe[0], -1, "probe")
+        tree.add(probe[1], 0, "probe")
+        tree.add(probe[2], 0, "probe")
+        self.max_branches = 2
+        got = self.verify(tree)
+        self.max_branches = 1
+        exact = np.array_equal(got.logits(0), want[0]) and np.array_equal(got.logits(1), want[1])
+        for b in got.branches.values():
+            self.L.llama_memory_seq_rm(self.memory, b, -1, -1)
+        self._crop(0)
+        self.branches_difference = float(np.abs(got.logits(0) - want[0]).max())
+        return exact
+
+    # --- what the engine asks a prompt cache -----------------------------------------------------
+
+    def rendered(self, key: tuple):
+        return self._rendered[1] if self._rendered is not None and self._rendered[0] == key else None
+
+    def remember_rendered(self, key: tuple, prompt) -> None:
+        self._rendered = (key, prompt)
+
+    def remember(self) -> None:
+        """One prompt is kept (sequence 0): nothing more to store."""
+
+    def set_max_bytes(self, max_bytes: int) -> None:
+        """The KV cache is the context's, sized at load (n_ctx)."""
+
+    def clear(self) -> None:
+        self._ready = None
+        self._crop(0)
+
+    def forget_all(self) -> None:
+        self.clear()
+
+    def parameters(self) -> int:
+        return int(self.L.llama_model_n_params(self.model))
+
+    def to_json(self) -> dict:
+        return {"prompt_tokens": self.prompt_tokens, "reused_tokens": self.reused_tokens,
+                "hit_rate": round(self.reused_tokens / self.prompt_tokens, 4) if self.prompt_tokens else 0.0,
+                "prefix_tree": None, "prefill_threads": None, "n_ctx": self.n_ctx, "threads": self.threads,
+                "exact_rows": self.exact_rows, "min_rows": self.min_rows, "kernel_classes": self.kernel_classes,
+                "max_branches": self.max_branches, "branches_difference": getattr(self, "branches_difference", None),
+                "class_differences": self.class_differences}
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.L.llama_batch_free(self.batch)
+        self.L.llama_free(self.ctx)
+        self.L.llama_model_free(self.model)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _on_branch(tree: DraftTree, node: int, leaf: int) -> bool:
+    """Whether the branch from the root to `leaf` passes through `node`."""
+    while leaf >= 0:
+        if leaf == node:
+            return True
+        leaf = tree.parents[leaf]
+    return False
+
+
+def _weights_type(L, model) -> str:
+    buf = ctypes.create_string_buffer(256)
+    L.llama_model_desc(model, buf, 256)
+    desc = buf.value.decode(errors="replace")  # e.g. "qwen2 1B Q4_K - Medium"
+    return desc.split(" ", 2)[-1] if desc.count(" ") >= 2 else desc

@@ -1,0 +1,129 @@
+"""The llama.cpp runtime on the exported embedded GGUF: a tree in one decode (each branch its own
+sequence), the accepted path kept and the rest rolled back, the kernels' exact classes, and
+speculative decoding equal to plain greedy decoding on this runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memosight.engine.verify import DraftTree
+
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is in the dev extras")
+
+TEXT = '''def total(items):
+    """The sum of the items' prices."""
+    result = 0
+    for item in items:
+        result += item.price
+    return result
+
+
+def count(items):
+    result = 0
+    for item in items:
+'''
+
+
+@pytest.fixture(scope="module")
+def runtime(embedded_gguf):
+    from memosight.engine.runtime.gguf_tokenizer import GgufTokenizer
+    from memosight.engine.runtime.llamacpp import LlamaCppRuntime
+
+    rt = LlamaCppRuntime(embedded_gguf, threads=1, n_ctx=1024)
+    rt.tokenizer = GgufTokenizer(rt.L, rt.vocab)
+    rt.measure_kernel_classes(rt.tokenizer.encode(TEXT)[:48])
+    yield rt
+    rt.close()
+
+
+def chain_logits(runtime, ids: list[int], tokens: list[int]) -> list[np.ndarray]:
+    """Plain decoding's logits after each of `tokens`, from a fresh cache."""
+    runtime.clear()
+    _, logits = runtime.prefill_hidden(ids)
+    out = [logits]
+    for token in tokens:
+        out.append(runtime.append(token)[1])
+    return out
+
+
+def test_the_kernel_classes_are_measured_and_decodes_keep_to_one(runtime):
+    classes = runtime.kernel_classes
+    assert [size for c in classes for size in c] == list(range(1, 17))  # every size, in order, in a class
+    assert 1 <= runtime.min_rows <= runtime.exact_rows
+    assert any(runtime.min_rows in c and runtime.exact_rows in c for c in classes)
+
+
+def test_a_tree_in_one_decode_gives_each_node_the_logits_plain_decoding_gives_it(runtime):
+    ids = runtime.tokenizer.encode(TEXT)
+    truth = [int(logits.argmax()) for logits in chain_logits(runtime, ids, [])]
+    root = truth[0]
+    plain = chain_logits(runtime, ids, [root])  # after the prompt, and after the root
+    after_root = int(plain[1].argmax())
+    runtime.clear()
+    runtime.prefill_hidden(ids)
+    past = len(runtime.tokens)
+    tree = DraftTree()
+    tree.add(root, -1, "root")
+    right = tree.add(after_root, 0, "test")  # the first chain: right
+    tree.add((after_root + 1) % runtime.n_vocab, 0, "test")  # a second branch: wrong
+    runtime.max_branches, saved = 16, runtime.max_branches
+    try:
+        verified = runtime.verify(tree)
+    finally:
+        runtime.max_branches = saved
+    assert len(verified.branches) == 2  # two leaves, two sequences
+    assert verified.greedy_next(0) == after_root
+    assert np.allclose(verified.logits(0), plain[1], atol=1e-3)
+    runtime.commit(verified, [0, right])
+    assert runtime.tokens[past:] == [root, after_root] and len(runtime.tokens) == past + 2
+    # the branches are gone: every sequence but 0 is empty, and 0 ends at the path
+    L = runtime.L
+    assert L.llama_memory_seq_pos_max(runtime.memory, 0) == past + 1
+    assert all(L.llama_memory_seq_pos_max(runtime.memory, b) == -1 for b in (1, 2))
+
+
+def test_a_rejected_chain_is_rolled_back(runtime):
+    ids = runtime.tokenizer.encode(TEXT)
+    plain = chain_logits(runtime, ids, [])
+    root = int(plain[0].argmax())
+    runtime.clear()
+    runtime.prefill_hidden(ids)
+    past = len(runtime.tokens)
+    chain = DraftTree()
+    node = chain.add(root, -1, "root")
+    for token in (11, 12, 13):  # drafts greedy decoding will not agree with
+        node = chain.add(token, node, "test")
+    verified = runtime.verify(chain)
+    assert not verified.branches  # a chain goes straight into sequence 0
+    runtime.commit(verified, [0])
+    assert runtime.tokens == ids + [root]
+    assert runtime.L.llama_memory_seq_pos_max(runtime.memory, 0) == past
+
+
+def test_speculative_decoding_on_llamacpp_equals_its_plain_greedy_decoding(embedded_gguf):
+    from memosight.engine import load_engine
+
+    engine = load_engine(str(embedded_gguf), runtime="llamacpp")
+    assert engine.status()["runtime"] == "llamacpp" and engine.model is None
+    source = TEXT * 3 + "def mean(items):\n    return total(items) / count("  # repeats: n-grams find drafts
+    drafted = 0
+    for cut in (120, 260, 400, len(source)):
+        ids = engine.encode(source[:cut])
+        plain = engine.generate(ids, 40, speculative=False)
+        before = engine.speculator.stats.drafts.to_json().get("ngram", {}).get("drafted", 0)
+        assert engine.generate(ids, 40, speculative=True) == plain
+        drafted += engine.speculator.stats.drafts.to_json().get("ngram", {}).get("drafted", 0) - before
+    assert drafted > 0  # the trees were there to verify
+
+
+def test_the_engine_on_llamacpp_completes_with_fim_and_imports_no_transformers(embedded_gguf):
+    import subprocess
+    import sys
+
+    code = ("import sys; from memosight.engine import load_engine; "
+            f"e = load_engine({str(embedded_gguf)!r}, runtime='llamacpp'); "
+            "c = e.complete('def add(a, b):\\n    return ', '\\n', max_new_tokens=8); "
+            "print(e.info().has_fim, 'transformers' in sys.modules, c.stop_reason != '')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True", "False", "True"], out.stderr[-2000:]
