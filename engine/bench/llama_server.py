@@ -103,8 +103,9 @@ class LlamaServer:
 class LlamaServerDecoder:
     """Greedy decoding in a native llama-server, as `bench speculative` runs each method."""
 
-    def __init__(self, gguf: Path, threads: int, bin_dir: Path):
-        self.server = LlamaServer(gguf, threads, bin_dir)
+    def __init__(self, gguf: Path, threads: int, bin_dir: Path, spec_type: str | None = None):
+        """`spec_type`: llama-server speculating by itself (`--spec-type ngram-mod`, ...)."""
+        self.server = LlamaServer(gguf, threads, bin_dir, extra=["--spec-type", spec_type] if spec_type else [])
 
     def _completion(self, ids: list[int], n_predict: int) -> dict:
         return self.server.post("/completion", {

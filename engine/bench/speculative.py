@@ -19,7 +19,14 @@ the same thread count, on the same token ids, prefilled the same way: in-process
 llama-cpp-python (bench/llamacpp.py; labelled with the build flags its wheel reports), plain greedy
 (llama_greedy) and with its own prompt-lookup drafts (llama_prompt_lookup); and, where it is built
 (build_llama_cpp.sh), llama.cpp's own llama-server compiled natively for this CPU
-(bench/llama_server.py): llama_server, the fair baseline that `vs llama.cpp` divides by.
+(bench/llama_server.py): llama_server, the fair baseline that `vs llama.cpp` divides by, and
+llama_server_ngram_mod / llama_server_ngram_simple, the same server speculating by itself
+(`--spec-type`), the best a user could run instead.
+
+An engine on the llama.cpp runtime (runtime/llamacpp.py: `engine.model` is None) runs our plain
+loop and the speculative ones there; the transformers methods sit out, and the reference for "exact"
+is its own plain greedy decoding. Its `generate` starts from a fresh cache (so that the same ids give
+the same tokens), so its prefill is the one `generate` does, timed by the runtime and taken off.
 """
 
 from __future__ import annotations
@@ -46,7 +53,9 @@ from .llamacpp import LlamaCppDecoder, build_flags, gguf_of
 # the engine was loaded with a draft model.
 # spec_draft_ngram: the draft model with the n-gram drafts, the pair the issue of draft models asks for.
 COMBOS = {"spec_draft_ngram": (DraftModel.name, "ngram")}
-LLAMA_METHODS = ("llama_greedy", "llama_prompt_lookup", "llama_server")
+# llama-server's own speculation (--spec-type), as a user would start it
+SERVER_SPEC = {"llama_server_ngram_mod": "ngram-mod", "llama_server_ngram_simple": "ngram-simple"}
+LLAMA_METHODS = ("llama_greedy", "llama_prompt_lookup", "llama_server", *SERVER_SPEC)
 METHODS = ("hf_greedy", "hf_prompt_lookup", "hf_assisted", *LLAMA_METHODS, "plain",
            *(f"spec_{source.name}" for source in SOURCES), f"spec_{DraftModel.name}", *COMBOS, "spec_all")
 
@@ -63,21 +72,26 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
     """Every method on the same prompts; the summary `memosight bench speculative --json` prints.
     `prompt_tokens`: cut each prompt to at most this many tokens (the text nearest the cursor kept).
     `threads`: the thread count of every method (0: the engine's own choice)."""
-    if threads:
+    on_llamacpp = engine.model is None  # the engine runs on the llama.cpp runtime
+    if on_llamacpp:
+        threads = engine.runtime.threads  # fixed at load (MEMOSIGHT_THREADS)
+    elif threads:
         torch.set_num_threads(threads)
         engine.prompt_cache.prefill_threads = None  # the same count for prefills too: core for core
-    threads = torch.get_num_threads()
+    threads = threads if on_llamacpp else torch.get_num_threads()
     available = {d.name for d in engine.speculator.drafters}
     draft = engine.speculator.drafter(DraftModel.name)
-    gguf = Path(gguf) if gguf else gguf_of(engine.model_dir)
-    bin_dir = native_bin_dir() if "llama_server" in methods and gguf is not None and engine.device.type == "cpu" \
+    gguf = Path(gguf) if gguf else (engine.runtime.path if on_llamacpp else gguf_of(engine.model_dir))
+    servers = {"llama_server", *SERVER_SPEC}
+    bin_dir = native_bin_dir() if servers & set(methods) and gguf is not None and engine.device.type == "cpu" \
         else None
     methods = tuple(m for m in methods if (not m.startswith("spec_") or m == "spec_all"
                                            or set(_names(m)) <= available)
                     and (m != "hf_assisted" or draft is not None)
+                    and (not m.startswith("hf_") or not on_llamacpp)
                     and (m not in LLAMA_METHODS or (gguf is not None and engine.device.type == "cpu"))
-                    and (m != "llama_server" or bin_dir is not None))
-    llama = {m: LlamaServerDecoder(gguf, threads, bin_dir) if m == "llama_server"
+                    and (m not in servers or bin_dir is not None))
+    llama = {m: LlamaServerDecoder(gguf, threads, bin_dir, SERVER_SPEC.get(m)) if m in servers
              else LlamaCppDecoder(gguf, threads, prompt_lookup=m == "llama_prompt_lookup")
              for m in methods if m in LLAMA_METHODS}
     rng = random.Random(seed)
@@ -110,6 +124,8 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
         if method in llama:
             llama[method].prefill(ids[:-1])
             return {}
+        if on_llamacpp:  # its generate() prefills from a fresh cache itself (timed, and taken off below)
+            return {}
         engine.prompt_cache.clear()
         engine.prompt_cache.prefill_hidden(model, ids[:-1])
         for source in speculators[method].drafters if method in speculators else []:
@@ -128,10 +144,10 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
     speculators = {m: Speculator(sources(m)) for m in methods if m.startswith("spec_")}
     reference: list[list[int]] = []
     for i, (ids, n) in enumerate(cases):
-        reference.append(hf(ids, n))  # also warms up this prompt length
         # Our own greedy loop: what "lossless" means where transformers' greedy is not one answer
         # (int8: its output depends on how the prompt was split into forward passes).
         plain = engine.generate(ids, n, speculative=False)
+        reference.append(plain if on_llamacpp else hf(ids, n))  # also warms up this prompt length
         order = list(methods)
         rng.shuffle(order)
         for method in order:
@@ -160,6 +176,9 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
             decode_seconds = time.perf_counter() - decoding
             if method in ("hf_prompt_lookup", "hf_assisted"):  # the same prefill happened inside generate
                 decode_seconds = max(decode_seconds - prefill_seconds, 1e-9)
+            elif on_llamacpp and method not in llama:  # the prefill generate() did, as the runtime timed it
+                prefill_seconds = (engine.runtime.last_lookup_ms + engine.runtime.last_prefill_ms) / 1000
+                decode_seconds = max(decode_seconds - prefill_seconds, 1e-9)
             results[method]["seconds"] += decode_seconds
             results[method]["prefill_seconds"] += prefill_seconds
             results[method]["tokens"] += len(out)
@@ -171,7 +190,7 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
         seconds = r["seconds"] + (r["prefill_seconds"] if with_prefill else 0.0)
         return r["tokens"] / seconds if seconds else 0.0
 
-    base = results.get("hf_greedy")
+    base = results.get("hf_greedy") or results.get("plain")
     cpp = results.get("llama_server") or results.get("llama_greedy")  # native where built
     rows = []
     for method in methods:
@@ -208,6 +227,7 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
     for decoder in llama.values():
         decoder.close()
     return {"model": engine.name, "device": str(engine.device), "dtype": engine.status()["dtype"],
+            "runtime": engine.status().get("runtime"), "baseline": "hf_greedy" if "hf_greedy" in results else "plain",
             "threads": threads, "prompts": len(cases), "gguf": str(gguf) if llama else None,
             "llama_cpp": None if not llama else {
                 "baseline": "llama_server" if "llama_server" in llama else "llama_greedy",
@@ -233,7 +253,8 @@ def _prompt(engine: LocalEngine, text: str, cut: int, chars: int, max_tokens: in
 def render(summary: dict) -> str:
     """The summary as a table and a few lines for a person."""
     rows, reuse = summary["methods"], summary["keystroke_reuse"]
-    lines = [f"model {summary['model']}  device {summary['device']}  dtype {summary['dtype']}  threads "
+    runtime = f"  runtime {summary['runtime']}" if summary.get("runtime") else ""
+    lines = [f"model {summary['model']}{runtime}  device {summary['device']}  dtype {summary['dtype']}  threads "
              f"{summary['threads']}  prompts {summary['prompts']} of {summary['prompt_tokens'][0]}-"
              f"{summary['prompt_tokens'][1]} tokens  new tokens {summary['new_tokens'][0]}-{summary['new_tokens'][1]}"
              + (f"  llama.cpp on {summary['gguf']}" if summary.get("gguf") else ""),
@@ -246,7 +267,8 @@ def render(summary: dict) -> str:
                       if summary.get("gguf") else [])),
              "tok/s: decoding with the prompt already cached (as after a keystroke); +prefill: the whole prompt "
              "prefilled first, each method with its own forward; = greedy: the same tokens as transformers' generate "
-             "from the bare prompt; = plain: as our plain greedy loop"]
+             "from the bare prompt (on the llama.cpp runtime: as its plain loop); = plain: as our plain greedy loop; "
+             f"speedup: against {summary.get('baseline', 'hf_greedy')}"]
     for row in rows:
         if row["sources"]:
             acc = ", ".join(f"{k} {v['accepted']}/{v['drafted']}" for k, v in row["sources"].items())
@@ -273,14 +295,12 @@ def _baseline_line(llama: dict) -> str:
 
 
 def _keystroke_reuse(engine, path, prompt_tokens: int) -> dict:
-    """Prefill a ~`prompt_tokens` prompt, then the same prompt with one more character typed."""
+    """Complete at a ~`prompt_tokens` prompt, then at the same prompt with one more character typed,
+    as two keystrokes do."""
     text = path.read_text(encoding="utf-8", errors="replace")
-    ids = engine.encode(text)[:prompt_tokens]
-    prefix = engine.decode(ids)
+    prefix = engine.decode(engine.encode(text)[:prompt_tokens])
     engine.prompt_cache.clear()
-    engine.generate(engine.prompt_ids(prefix), 4)
-    before = engine.prompt_cache.reused_tokens
-    typed = engine.prompt_ids(prefix + "x")
-    engine.generate(typed, 4)
-    reused = engine.prompt_cache.reused_tokens - before
-    return {"prompt_tokens": len(typed), "reused_tokens": reused, "prefilled_tokens": len(typed) - reused}
+    engine.complete(prefix, max_new_tokens=4)
+    typed = engine.complete(prefix + "x", max_new_tokens=4)
+    return {"prompt_tokens": typed.prompt_tokens, "reused_tokens": typed.reused_tokens,
+            "prefilled_tokens": typed.prompt_tokens - typed.reused_tokens}

@@ -26,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "hf_assisted (transformers' assisted generation with the same draft)")
     parser.add_argument("--device", default=None, help="auto, cpu, cuda")
     parser.add_argument("--dtype", default="float32", help="float32 (exact) | int8 | bfloat16 | float16")
+    parser.add_argument("--runtime", default="torch", choices=["auto", "torch", "llamacpp"],
+                        help="what runs the model: torch (default here: the transformers methods need it), "
+                        "llamacpp (a GGUF file, or the model exported to one), auto")
     parser.add_argument("--prompts", type=int, default=24, help="number of cursor positions")
     parser.add_argument("--min-new", type=int, default=32)
     parser.add_argument("--max-new", type=int, default=128)
@@ -45,8 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from memosight.engine import load_engine
     from memosight.engine.bench.speculative import METHODS, render, run_speculative
-    from memosight.engine.loading import load_engine
 
     methods = METHODS if args.methods == "all" else tuple(m.strip() for m in args.methods.split(","))
     unknown = set(methods) - set(METHODS)
@@ -61,7 +64,11 @@ def run(args: argparse.Namespace) -> int:
             native_bin_dir(build=True)
         except RuntimeError as exc:
             raise CommandError(str(exc)) from exc
-    engine = load_engine(args.model, device=args.device, dtype=args.dtype, draft_model=args.draft_model)
+    try:
+        engine = load_engine(args.model, device=args.device, dtype=args.dtype, draft_model=args.draft_model,
+                             runtime=args.runtime)
+    except Exception as exc:  # noqa: BLE001 - a model that cannot load is the user's to fix: said, not a traceback
+        raise CommandError(str(exc)) from exc
     try:
         with step_progress("prompts", unit="prompt") as on_step:
             summary = run_speculative(engine, args.corpus, prompts=args.prompts, min_new=args.min_new,
