@@ -179,3 +179,16 @@ def test_the_baseline_line_says_which_llama_cpp_and_how_it_was_built():
     wheel = S._baseline_line({"baseline": "llama_greedy", "llama_server": None, "llama_cpp_python_build": None})
     assert wheel == ("vs llama.cpp: against llama_greedy (llama-cpp-python in-process: no native build here, "
                      "run engine/bench/build_llama_cpp.sh)")
+
+
+def test_on_the_llamacpp_runtime_its_plain_loop_is_the_reference_and_the_transformers_methods_sit_out(
+        embedded_gguf, corpus):
+    pytest.importorskip("llama_cpp")
+    engine = load_engine(str(embedded_gguf), runtime="llamacpp")
+    summary = S.run_speculative(engine, corpus, prompts=2, min_new=8, max_new=16,
+                                methods=("hf_greedy", "plain", "spec_ngram"))
+    rows = {row["method"]: row for row in summary["methods"]}
+    assert set(rows) == {"plain", "spec_ngram"} and summary["runtime"] == "llamacpp"
+    assert summary["baseline"] == "plain" and rows["plain"]["speedup"] == 1.0
+    assert rows["spec_ngram"]["plain_match"] == rows["spec_ngram"]["exact_match"] == 1.0  # lossless on the runtime
+    assert summary["keystroke_reuse"]["reused_tokens"] > 0
