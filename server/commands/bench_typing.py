@@ -17,7 +17,7 @@ Systems (`--systems`):
 
 Each llama-server is the one `engine/bench/build_llama_cpp.sh` builds natively for this CPU, started
 fresh per system with llama.vim's recommended server flags (`--cache-reuse 256`, `-ub 1024 -b 1024`,
-default threads). Per system: keys pressed, suggestions visible when a key was due, characters saved
+default threads; `--llama-spec ngram-mod` adds the server's own speculation, `--spec-type`). Per system: keys pressed, suggestions visible when a key was due, characters saved
 (share of all characters of the functions), acceptances and their mean length, latency from the edit
 to the suggestion on screen (p50/p95), requests, and the model's CPU seconds per saved character.
 """
@@ -56,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a memosight setting for both memosight systems (repeatable)")
     parser.add_argument("--llama-threads", type=int, default=None,
                         help="llama-server threads (default: its own default, as a user runs it)")
+    parser.add_argument("--llama-spec", metavar="TYPE",
+                        help="llama-server speculating by itself for the llama-server systems (--spec-type TYPE: "
+                             "ngram-mod, ngram-simple, ...; default: none)")
     parser.add_argument("--server-log", metavar="PREFIX",
                         help="the memosight systems' debug logs, to PREFIX-SYSTEM.log")
     parser.add_argument("--plot", metavar="FILE.png", help="characters saved and latency per system (matplotlib)")
@@ -132,8 +135,9 @@ def llama_server_for(args):
     """A fresh native llama-server on --gguf, with llama.vim's recommended flags."""
     from memosight.engine.bench.llama_server import LlamaServer
 
+    spec = ["--spec-type", args.llama_spec] if getattr(args, "llama_spec", None) else []
     return LlamaServer(Path(args.gguf), args.llama_threads, llama_server_bin(args), n_ctx=0,
-                       extra=["--cache-reuse", "256", "-ub", "1024", "-b", "1024"])
+                       extra=["--cache-reuse", "256", "-ub", "1024", "-b", "1024", *spec])
 
 
 def make_system(name: str, args, server):
