@@ -20,17 +20,14 @@ from __future__ import annotations
 import copy
 import inspect
 import itertools
-import json
 import logging
-import os
 import textwrap
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
-from . import kv, lean
+from . import kv, lean, measured
 from .gguf import cache_root
 from .hardware import cpu_info
 from .int8 import calibration_ids, quantize_int8
@@ -65,7 +62,7 @@ def choose_cpu_dtype(model, tokenizer, model_key: str) -> DtypeChoice:
     cpu = cpu_info()
     key = f"{cpu.key}|{METHOD}|{model_key}"
     path = cache_root() / "dtype-choices.json"
-    entry = _read(path).get(key)
+    entry = measured.read(path).get(key)
     if isinstance(entry, dict) and entry.get("dtype") in CANDIDATES:  # a hand-edited entry is measured over
         try:
             return DtypeChoice(**{**entry, "cached": True})
@@ -73,10 +70,7 @@ def choose_cpu_dtype(model, tokenizer, model_key: str) -> DtypeChoice:
             pass
     choice = measure(model, tokenizer, native_bfloat16=cpu.native_bfloat16)
     choice.cpu = cpu.to_json()
-    known = _read(path)  # read again: another process may have added a choice while this one measured
-    known.pop(key, None)
-    known[key] = {k: v for k, v in choice.to_json().items() if k != "cached"}
-    _write(path, dict(list(known.items())[-MAX_CACHED:]))  # dicts keep insertion order: oldest first
+    measured.remember(path, key, {k: v for k, v in choice.to_json().items() if k != "cached"}, MAX_CACHED)
     log.info("dtype auto on %s: %s (keystroke ms %s, agreement %s)", cpu, choice.dtype, choice.keystroke_ms,
              choice.agreement)
     return choice
@@ -166,22 +160,3 @@ def _keystroke_ms(model, ids: list[int]) -> float:
             head(kv.forward_hidden(model, torch.tensor([[token]]), cache))
         best = min(best, (time.perf_counter() - start) * 1000)
     return round(best, 3)
-
-
-def _read(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _write(path: Path, known: dict) -> None:
-    """Written whole to a temporary file and renamed: a reader never sees half of it."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(known, indent=1))
-        tmp.replace(path)
-    except OSError as exc:
-        log.warning("could not record the dtype choice in %s (%s); it will be measured again", path, exc)

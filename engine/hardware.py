@@ -90,6 +90,12 @@ def onednn_isa(flags: frozenset[str], environ) -> str:
     return level
 
 
+def cpu_model_and_flags() -> str:
+    """A short key of the CPU's model name and instruction-set flags (no torch needed)."""
+    model_name, flags = _cpuinfo()
+    return f"{model_name}:{hashlib.sha256(' '.join(sorted(flags)).encode()).hexdigest()[:12]}"
+
+
 @functools.cache
 def _cpuinfo() -> tuple[str, frozenset[str]]:
     try:

@@ -116,9 +116,7 @@ def load_llamacpp_engine(spec: EngineSpec, choice: RuntimeChoice):
         path = exported_gguf(spec.model)
     runtime = LlamaCppRuntime(path, cpu_threads(), N_CTX)
     tokenizer = GgufTokenizer(runtime.L, runtime.vocab)
-    probe = tokenizer.encode(_PROBE_TEXT)[:64]
-    if len(probe) >= 8:
-        runtime.measure_kernel_classes(probe)
+    _kernel_classes(runtime, tokenizer.encode(_PROBE_TEXT)[:64])
     name = "default" if spec.model is None else spec.model
     engine = LocalEngine(None, tokenizer, torch.device("cpu"), name, None, runtime=runtime,
                          runtime_choice=choice.to_json())
@@ -126,6 +124,26 @@ def load_llamacpp_engine(spec: EngineSpec, choice: RuntimeChoice):
     log.info("loaded %s on llama.cpp (%s, %d threads; exact trees of up to %d nodes, decodes of %d rows at least)",
              path, runtime.weights_type, runtime.threads, runtime.exact_rows, runtime.min_rows)
     return engine
+
+
+def _kernel_classes(runtime, probe: list[int]) -> None:
+    """The runtime's exact kernel classes: measured once per CPU, llama.cpp build, file and thread
+    count (~2 s for Qwen2.5-Coder-0.5B on 2 cores), then read from the cache folder."""
+    from .. import measured
+    from ..gguf import cache_root
+    from ..hardware import cpu_model_and_flags
+
+    if len(probe) < 8:
+        return
+    stat = runtime.path.stat()
+    key = "|".join([cpu_model_and_flags(), runtime.L.__version__, str(runtime.path.resolve()), str(stat.st_size),
+                    str(int(stat.st_mtime)), str(runtime.threads)])
+    path = cache_root() / "llamacpp-kernels.json"
+    known = measured.read(path).get(key)
+    if isinstance(known, dict) and runtime.restore_kernel_classes(known):
+        return
+    runtime.measure_kernel_classes(probe)
+    measured.remember(path, key, runtime.kernel_figures())
 
 
 # Text of the standard library's kind (no model here was tuned on it) for the exactness probe.

@@ -377,6 +377,26 @@ class LlamaCppRuntime:
         self.branches_difference = float(np.abs(got.logits(0) - want[0]).max())
         return exact
 
+    def kernel_figures(self) -> dict:
+        return {"min_rows": self.min_rows, "exact_rows": self.exact_rows, "max_branches": self.max_branches,
+                "kernel_classes": self.kernel_classes, "class_differences": self.class_differences,
+                "branches_difference": getattr(self, "branches_difference", None)}
+
+    def restore_kernel_classes(self, figures: dict) -> bool:
+        """What measure_kernel_classes found here before (the cache folder's); False if unusable."""
+        try:
+            min_rows, exact_rows, branches = int(figures["min_rows"]), int(figures["exact_rows"]), int(figures["max_branches"])
+        except (KeyError, TypeError, ValueError):
+            return False
+        if not 1 <= min_rows <= exact_rows <= PROBE_ROWS or branches not in (1, MAX_BRANCHES):
+            return False
+        self.min_rows, self.exact_rows, self.max_branches = min_rows, exact_rows, branches
+        self.kernel_classes = figures.get("kernel_classes") or []
+        self.class_differences = figures.get("class_differences") or {}
+        self.branches_difference = figures.get("branches_difference")
+        self.kernels_cached = True
+        return True
+
     # --- what the engine asks a prompt cache -----------------------------------------------------
 
     def rendered(self, key: tuple):
@@ -406,6 +426,7 @@ class LlamaCppRuntime:
                 "hit_rate": round(self.reused_tokens / self.prompt_tokens, 4) if self.prompt_tokens else 0.0,
                 "prefix_tree": None, "prefill_threads": None, "n_ctx": self.n_ctx, "threads": self.threads,
                 "exact_rows": self.exact_rows, "min_rows": self.min_rows, "kernel_classes": self.kernel_classes,
+                "kernel_classes_cached": getattr(self, "kernels_cached", False),
                 "max_branches": self.max_branches, "branches_difference": getattr(self, "branches_difference", None),
                 "class_differences": self.class_differences}
 

@@ -127,3 +127,15 @@ def test_the_engine_on_llamacpp_completes_with_fim_and_imports_no_transformers(e
             "print(e.info().has_fim, 'transformers' in sys.modules, c.stop_reason != '')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["True", "False", "True"], out.stderr[-2000:]
+
+
+def test_the_kernel_classes_are_measured_once_per_cpu_and_file(embedded_gguf, tmp_path, monkeypatch):
+    from memosight.engine import load_engine
+
+    monkeypatch.setenv("MEMOSIGHT_CACHE", str(tmp_path))
+    first = load_engine(str(embedded_gguf), runtime="llamacpp").status()["cache"]
+    again = load_engine(str(embedded_gguf), runtime="llamacpp").status()["cache"]
+    assert not first["kernel_classes_cached"] and again["kernel_classes_cached"]
+    assert (again["min_rows"], again["exact_rows"], again["max_branches"]) == \
+        (first["min_rows"], first["exact_rows"], first["max_branches"])
+    assert (tmp_path / "llamacpp-kernels.json").is_file()
