@@ -415,5 +415,7 @@ class LocalEngine:
             self.speculator.reset()
             self.speculator.drafters = []  # a draft model's weights go with them
             self.model = None
+            if hasattr(self.runtime, "close"):  # llama.cpp's model and context are freed here, not collected
+                self.runtime.close()
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()

@@ -413,7 +413,8 @@ class LlamaCppRuntime:
 
     def clear(self) -> None:
         self._ready = None
-        self._crop(0)
+        if not self.closed:
+            self._crop(0)
 
     def forget_all(self) -> None:
         self.clear()
