@@ -116,7 +116,7 @@ def load_llamacpp_engine(spec: EngineSpec, choice: RuntimeChoice):
         path = exported_gguf(spec.model)
     runtime = LlamaCppRuntime(path, cpu_threads(), N_CTX)
     tokenizer = GgufTokenizer(runtime.L, runtime.vocab)
-    _kernel_classes(runtime, tokenizer.encode(_PROBE_TEXT)[:64])
+    _kernel_classes(runtime, tokenizer.encode(_PROBE_TEXT * 8)[:320])  # past 256 cells, where kernels change
     name = "default" if spec.model is None else spec.model
     engine = LocalEngine(None, tokenizer, torch.device("cpu"), name, None, runtime=runtime,
                          runtime_choice=choice.to_json())

@@ -11,16 +11,20 @@ The final hidden state (embeddings on, pooling none) comes beside the logits onl
 made with `hidden=True` (draft heads read it): with embeddings on, llama.cpp computes every token's
 output, a prompt's included (Qwen2.5-Coder's 151,936 logits for each of a prompt's tokens).
 
-Exactness. llama.cpp's kernels sum a row differently by batch size, in classes (measured here, row
+Exactness. Flash attention is off: its one-token and batched kernels disagree once a few hundred
+cells are cached. The other kernels sum a row differently by batch size, in classes (measured here, row
 by row against each other): Qwen2.5-Coder-0.5B Q4_K_M gives the same logits, bit for bit, for 1 to 7
 rows and again among 8 rows and more, 0.27-0.34 apart between the two; the embedded model exported
 in float32 gives one result for 1 row and another for every batch of 2 to 16 (6.6e-5 apart); with
 the repacked "extra buffer" weights on, Qwen's rows differed already at 4 (0.31). So: extra buffers
-off, and at load (`measure_kernel_classes`) the sizes that agree with each other are found. Plain
-decoding (`append`) and every verification pass then run in one class: one row and trees of up to
-the class's largest size where one row is in a class of its own company (Qwen: trees of up to 7),
-else every decode padded to two rows at least (a second row in a scratch sequence, dropped after)
-and trees of up to the batch class's largest size (the embedded model: 16). A tree's every row asks
+off, and at load (`measure_kernel_classes`, past 256 cached tokens, where kernels change) the sizes
+that agree with each other are found. Plain decoding (`append`) and every verification pass then
+run in one class: one row and trees of up to the class's largest size where one row shares its
+kernels with small batches; else every decode padded to two rows at least (a second row in a
+scratch sequence, dropped after) and trees of up to the batch class's largest size, where padding
+is cheap (the embedded model: 2.7 against 2.9 ms). Where a padded step costs nearly a second token
+(Qwen2.5-Coder-0.5B on 2 AVX2 cores: 54 against 31 ms), plain decoding keeps one row and the engine
+says `lossless: false`: a verification pass's logits may then differ from a plain step's near a tie. A tree's every row asks
 for its logits, so the output layer runs in the same class too. The cells a pass fills also matter
 (attention sums over cells in their order): the tree's first chain goes first in the batch, so a path
 along it lies in order and the next token fills the cell right after it; a path that leaves it is
@@ -46,6 +50,8 @@ BATCH = 512  # tokens a decode takes at most (a prefill goes in chunks of this)
 MAX_BRANCHES = 16  # sequences a tree may use besides sequence 0
 PAD_SEQ = MAX_BRANCHES + 1  # the scratch sequence of a padding row
 PROBE_ROWS = 16  # batch sizes tried at load: 1..this
+PADDING_PAYS = 1.25  # a step padded to the batched kernels' class may cost this much more than one row
+PADDING_MS = 3.0  # ... or this many milliseconds more (a small model: noise on a busy machine)
 
 
 class LlamaCppUnavailable(RuntimeError):
@@ -94,6 +100,10 @@ class LlamaCppRuntime:
         ctx_params.pooling_type = L.LLAMA_POOLING_TYPE_NONE
         self.with_hidden = hidden
         ctx_params.n_threads = ctx_params.n_threads_batch = threads
+        # Flash attention's one-token and batched kernels sum differently once the cache passes a few
+        # hundred cells (Qwen2.5-Coder-0.5B at 259 cached tokens: 0.25 in a logit between a 2-row chain
+        # and a 1-row step, which measure_kernel_classes at 64 tokens did not see); without it, 0.
+        ctx_params.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
         self.ctx = L.llama_init_from_model(self.model, ctx_params)
         if not self.ctx:
             L.llama_model_free(self.model)
@@ -117,6 +127,8 @@ class LlamaCppRuntime:
         # measured by measure_kernel_classes(): the widest exact tree, and the fewest rows a decode runs
         self.exact_rows = 1
         self.min_rows = 1
+        self.lossless = True  # whether plain steps and verification passes share a kernel class
+        self.padding_cost: float | None = None
         self.max_branches = 1  # trees with branches only where measure_kernel_classes finds them exact
         self.kernel_classes: list[list[int]] = []
         self.class_differences: dict[str, float] = {}
@@ -342,27 +354,47 @@ class LlamaCppRuntime:
             a, b = earlier[-1], later[0]
             self.class_differences[f"{a}-{b}"] = float(np.abs(rows_of[a][0] - rows_of[b][0]).max())
         first = classes[0]
+        self.lossless = True
         if len(first) > 1 or len(classes) == 1:  # one row shares its kernels with small batches
             self.min_rows, self.exact_rows = 1, first[-1]
-        else:  # one row is a class of its own: every decode runs batched
+        else:  # one row is a class of its own: every decode runs batched, where that is cheap
             self.min_rows, self.exact_rows = classes[1][0], classes[1][-1]
-        self.max_branches = MAX_BRANCHES if self._branches_exact(ids, probe) else 1
+            self._crop(0)
+            self._run(ids, 0)
+            one, padded = self._best_pass_ms(1, 1), self._best_pass_ms(1, self.min_rows)
+            one, padded = min(one, self._best_pass_ms(1, 1)), min(padded, self._best_pass_ms(1, self.min_rows))
+            self.padding_cost = round(padded / one, 3)
+            if padded > PADDING_PAYS * one and padded - one > PADDING_MS:
+                # A padded step would cost what a second token does (Qwen2.5-Coder-0.5B on 2 AVX2
+                # cores: 54 against 31 ms): plain decoding keeps one row, and a verification pass's
+                # logits may differ from a plain step's where they are near a tie (status: lossless)
+                self.min_rows, self.lossless = 1, False
+            self._crop(0)
+        self.max_branches = MAX_BRANCHES if self.lossless and self._branches_exact(ids, probe) else 1
         return self.min_rows, self.exact_rows
+
+    def _best_pass_ms(self, rows: int, min_rows: int, repeats: int = 3) -> float:
+        saved, self.min_rows = self.min_rows, min_rows
+        try:
+            return min(self.pass_ms(rows) for _ in range(repeats))
+        finally:
+            self.min_rows = saved
 
     def _branches_exact(self, ids: list[int], probe: list[int]) -> bool:
         """Whether a tree with two branches (each its own sequence) gives its nodes the logits a
-        chain gives them. Measured here on Qwen2.5-Coder-0.5B Q4_K_M: it did not (0.29 in a logit
-        at the root), so trees there are chains."""
+        chain gives them, after a decoding step (as in decoding: right after a prefill they agreed
+        on Qwen2.5-Coder-0.5B Q4_K_M, one plain step later they were 0.29 apart at the root)."""
         if self.exact_rows < 3:
             return False
         self._crop(0)
         self._run(ids, 0)
+        self.append(probe[-1])
         chain = DraftTree()
         chain.add(probe[0], -1, "probe")
         chain.add(probe[1], 0, "probe")
         expected = self.verify(chain)
         want = [expected.logits(0), expected.logits(1)]
-        self.L.llama_memory_seq_rm(self.memory, 0, len(ids), -1)
+        self.L.llama_memory_seq_rm(self.memory, 0, len(self.tokens), -1)
         tree = DraftTree()
         tree.add(probe[0], -1, "probe")
         tree.add(probe[1], 0, "probe")
@@ -379,6 +411,7 @@ class LlamaCppRuntime:
 
     def kernel_figures(self) -> dict:
         return {"min_rows": self.min_rows, "exact_rows": self.exact_rows, "max_branches": self.max_branches,
+                "lossless": self.lossless, "padding_cost": self.padding_cost,
                 "kernel_classes": self.kernel_classes, "class_differences": self.class_differences,
                 "branches_difference": getattr(self, "branches_difference", None)}
 
@@ -391,6 +424,7 @@ class LlamaCppRuntime:
         if not 1 <= min_rows <= exact_rows <= PROBE_ROWS or branches not in (1, MAX_BRANCHES):
             return False
         self.min_rows, self.exact_rows, self.max_branches = min_rows, exact_rows, branches
+        self.lossless, self.padding_cost = bool(figures.get("lossless", True)), figures.get("padding_cost")
         self.kernel_classes = figures.get("kernel_classes") or []
         self.class_differences = figures.get("class_differences") or {}
         self.branches_difference = figures.get("branches_difference")
@@ -427,7 +461,8 @@ class LlamaCppRuntime:
                 "hit_rate": round(self.reused_tokens / self.prompt_tokens, 4) if self.prompt_tokens else 0.0,
                 "prefix_tree": None, "prefill_threads": None, "n_ctx": self.n_ctx, "threads": self.threads,
                 "exact_rows": self.exact_rows, "min_rows": self.min_rows, "kernel_classes": self.kernel_classes,
-                "kernel_classes_cached": getattr(self, "kernels_cached", False),
+                "kernel_classes_cached": getattr(self, "kernels_cached", False), "lossless": self.lossless,
+                "padding_cost": self.padding_cost,
                 "max_branches": self.max_branches, "branches_difference": getattr(self, "branches_difference", None),
                 "class_differences": self.class_differences}
 
