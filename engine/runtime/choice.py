@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 RUNTIMES = ("auto", "torch", "llamacpp")
 N_CTX = 4096  # the llama.cpp context: a 1,024-token prompt budget, 64 new tokens and a tree fit many times
+KERNELS_METHOD = "3"  # changes when how the kernel classes are measured or used changes: measured again
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,8 @@ def _kernel_classes(runtime, probe: list[int]) -> None:
     if len(probe) < 8:
         return
     stat = runtime.path.stat()
-    key = "|".join([cpu_model_and_flags(), runtime.L.__version__, str(runtime.path.resolve()), str(stat.st_size),
+    key = "|".join([KERNELS_METHOD, cpu_model_and_flags(), runtime.L.__version__, runtime.build_flags(),
+                    str(runtime.path.resolve()), str(stat.st_size),
                     str(int(stat.st_mtime)), str(runtime.threads)])
     path = cache_root() / "llamacpp-kernels.json"
     known = measured.read(path).get(key)
