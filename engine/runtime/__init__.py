@@ -63,6 +63,7 @@ class Verified:
     hidden: Any  # (N, H): the hidden state after each node
     logits_of: Callable[[int], Any]  # node -> its logits (cached here)
     past: int  # cached positions before the tree
+    branches: dict[int, int] = field(default_factory=dict)  # llama.cpp: leaf -> the sequence of its branch
     _logits: dict[int, Any] = field(default_factory=dict)
 
     def logits(self, node: int):

@@ -133,6 +133,7 @@ class LlamaCppRuntime:
         self.kernel_classes: list[list[int]] = []
         self.class_differences: dict[str, float] = {}
         self._ready: tuple[list[int], np.ndarray, np.ndarray] | None = None  # a warm-up's whole prompt
+        self._last_row = 0  # the last decode's last real row (padding rows come after it)
         self._rendered: tuple[tuple, object] | None = None
         self.closed = False
 
@@ -176,8 +177,8 @@ class LlamaCppRuntime:
                 break
             chunk = ids[position - start:position - start + BATCH]
             end = position + len(chunk)
-            self._decode([(t, position + k, (0,), last_output and position + k == start + len(ids) - 1)
-                          for k, t in enumerate(chunk)])
+            self._decode_padded([(t, position + k, (0,), last_output and position + k == start + len(ids) - 1)
+                                 for k, t in enumerate(chunk)])
             self.tokens = self.tokens + chunk
             position = end
         return position
@@ -209,7 +210,7 @@ class LlamaCppRuntime:
         looked_up = time.perf_counter()
         self._run(input_ids[keep:], keep)
         self.reused_tokens += keep
-        hidden, logits = self._hidden(-1), self._logits(-1)
+        hidden, logits = self._hidden(self._last_row), self._logits(self._last_row)
         self.last_lookup_ms = (looked_up - started) * 1000
         self.last_prefill_ms = (time.perf_counter() - looked_up) * 1000
         return hidden, logits
@@ -226,7 +227,7 @@ class LlamaCppRuntime:
             end = min(position + chunk, len(input_ids))
             position = self._run(input_ids[position:end], position, last_output=end == len(input_ids))
         if position == len(input_ids) and position > keep:
-            self._ready = (list(input_ids), self._hidden(-1), self._logits(-1))
+            self._ready = (list(input_ids), self._hidden(self._last_row), self._logits(self._last_row))
         return position - keep
 
     def append(self, token: int) -> tuple[np.ndarray, np.ndarray]:
@@ -237,6 +238,7 @@ class LlamaCppRuntime:
     def _decode_padded(self, items: list) -> None:
         """A decode of at least `min_rows` rows: padding rows (the last token again, in the scratch
         sequence, its output asked too) are dropped after."""
+        self._last_row = len(items) - 1  # the last real row's index in the batch: padding comes after it
         pad = self.min_rows - len(items)
         if pad > 0:
             token, position = items[-1][0], items[-1][1]
@@ -267,9 +269,7 @@ class LlamaCppRuntime:
         past, n = len(self.tokens), len(tree)
         if all(tree.parents[i] == i - 1 for i in range(n)):
             self._decode_padded([(tree.tokens[i], past + i, (0,), True) for i in range(n)])
-            verified = Verified(tree, np.stack([self._hidden(i) for i in range(n)]), self._logits, past)
-            verified.branches = {}
-            return verified
+            return Verified(tree, np.stack([self._hidden(i) for i in range(n)]), self._logits, past)
         leaves = [i for i in range(n) if not tree.children[i]]
         if len(leaves) > min(self.max_branches, MAX_BRANCHES):
             raise EngineError(f"a tree of {len(leaves)} branches, over the {self.max_branches} this runtime verifies")
@@ -281,9 +281,8 @@ class LlamaCppRuntime:
                 node = tree.parents[node]
             self.L.llama_memory_seq_cp(self.memory, 0, b, 0, past)  # the prompt's cells are the branch's too
         self._decode_padded([(tree.tokens[i], past + tree.depths[i], tuple(sorted(seqs[i])), True) for i in range(n)])
-        verified = Verified(tree, np.stack([self._hidden(i) for i in range(n)]), self._logits, past)
-        verified.branches = {leaf: b for b, leaf in enumerate(leaves, start=1)}
-        return verified
+        return Verified(tree, np.stack([self._hidden(i) for i in range(n)]), self._logits, past,
+                        branches={leaf: b for b, leaf in enumerate(leaves, start=1)})
 
     def commit(self, verified: Verified, path: list[int]) -> None:
         """Sequence 0 keeps the accepted path and drops the rest. A chain's path lies in sequence 0

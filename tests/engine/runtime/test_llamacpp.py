@@ -146,3 +146,18 @@ def test_the_kernel_classes_are_measured_once_per_cpu_and_file(embedded_gguf, tm
     assert (again["min_rows"], again["exact_rows"], again["max_branches"]) == \
         (first["min_rows"], first["exact_rows"], first["max_branches"])
     assert (tmp_path / "llamacpp-kernels.json").is_file()
+
+
+def test_a_padded_one_token_prefill_answers_with_its_own_row_not_the_padding(runtime):
+    ids = runtime.tokenizer.encode(TEXT)
+    saved, runtime.min_rows = runtime.min_rows, 2
+    try:
+        runtime.clear()
+        runtime.prefill_hidden(ids[:-1])
+        _, stepped = runtime.append(ids[-1])  # the last token alone, padded
+        runtime.clear()
+        runtime.prefill_hidden(ids[:-1])
+        _, prefilled = runtime.prefill_hidden(ids)  # the same token as a prefill's one-token tail
+    finally:
+        runtime.min_rows = saved
+    assert np.array_equal(prefilled, stepped)
