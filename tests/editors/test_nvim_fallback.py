@@ -169,13 +169,27 @@ run(function()
   wait_for("request 4", 10000, function() return #held == 4 end)
   respond(held[4], { { insertText = "E" } })
   out.ghost_before_esc = ghost_text(buf) or vim.NIL
+
+  -- <Tab> pressed on streamed text just as the answer arrives: the edit, scheduled by the mapping, runs
+  -- after the answer replaced the text, and still inserts (what is on screen then).
+  vim.api.nvim_input("e")
+  wait_for("request 5", 10000, function() return #held == 5 end)
+  partial(held[5], "F")
+  out.ghost_streamed_before_tab = ghost_text(buf) or vim.NIL
+  out.tab_took_it = extmark.accept(buf) -- what the <Tab> mapping calls; the insertion is scheduled
+  respond(held[5], { { insertText = "FG", command = { title = "Accept", command = "memosight.accepted",
+                                                      arguments = { 2 } } } })
+  out.line_after_racing_tab = wait_for("the insertion racing the answer", 10000, function()
+    local line = vim.api.nvim_get_current_line()
+    return line:sub(-2) == "FG" and line
+  end)
   client.request, client.cancel_request = nil, nil -- back to the class's methods
 
   -- Leaving insert mode clears the ghost text.
   vim.api.nvim_input("<Esc>")
   wait_for("normal mode", 5000, function() return vim.api.nvim_get_mode().mode == "n" end)
   out.ghost_in_normal_mode = any_ghost(buf)
-  out.final_status = status_once_accepted(buf, 2)
+  out.final_status = status_once_accepted(buf, 3)
 
   stop_server(client)
 end)
@@ -227,10 +241,13 @@ def test_extmark_backend_streams_shows_accepts_types_through_and_dismisses(headl
     assert out["cursor_after_multiline"] == [4, len("  two")]
     assert not out["ghost_after_late_response"]  # typed after the request: dropped
     assert out["ghost_before_esc"] == "E"
+    assert out["ghost_streamed_before_tab"] == "F"
+    assert out["tab_took_it"] is True
+    assert out["line_after_racing_tab"].endswith("eFG")
     assert not out["ghost_in_normal_mode"]
     final = out["final_status"]["requests"]
-    assert final["accepted"] == 2  # the multi-line item's command went to the server
-    assert final["accepted_chars"] == len(suggestion) + 8
+    assert final["accepted"] == 3  # the multi-line item's and the racing item's commands went to the server
+    assert final["accepted_chars"] == len(suggestion) + 8 + 2
     print(f"nvim extmark end-to-end: {time.monotonic() - started:.1f} s; {len(partials)} partials before the first final; "
           f"{out['events']}")
 

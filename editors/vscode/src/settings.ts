@@ -9,6 +9,7 @@ export const SERVER_SETTING_KEYS = [
   "draftModel",
   "device",
   "dtype",
+  "runtime",
   "maxNewTokens",
   "multiline",
   "contextBudget",

@@ -338,7 +338,10 @@ function M.accept(bufnr)
     return false
   end
   vim.schedule(function()
-    if s.shown ~= shown or not same_place(here(bufnr), shown) then
+    -- The server's answer may have replaced the streamed text between the key and this edit: insert what
+    -- is on screen now, so a <Tab> pressed as the answer arrives is never lost.
+    shown = s.shown
+    if not shown or not same_place(here(bufnr), shown) then
       return
     end
     reset(bufnr, false)

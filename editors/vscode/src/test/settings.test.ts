@@ -70,6 +70,7 @@ test("contributed defaults are the server's defaults", () => {
     draftModel: null,
     device: "auto",
     dtype: "auto",
+    runtime: "auto",
     maxNewTokens: 64,
     multiline: "auto",
     contextBudget: 1024,
