@@ -38,16 +38,21 @@ def load_engine(model: "str | EngineSpec | None" = None, device: str | None = No
                                    ("runtime", runtime)) if v is not None}
     spec = dataclasses.replace(spec, **overrides) if overrides else spec
     def local() -> "LocalEngine":
-        from .runtime.choice import choose, load_llamacpp_engine
+        from .runtime.choice import MEASURE, choose, load_llamacpp_engine, measure_and_load
+
+        def on_torch(choice) -> "LocalEngine":
+            from .loading import load_engine as _load
+
+            engine = _load(model=spec.model, device=spec.device, dtype=spec.dtype, draft_model=spec.draft_model)
+            engine.runtime_choice = choice.to_json()
+            return engine
 
         choice = choose(spec)
+        if choice.runtime == MEASURE:
+            return measure_and_load(spec, on_torch, lambda choice: load_llamacpp_engine(spec, choice))
         if choice.runtime == "llamacpp":  # no transformers on this path: loading.py is torch's
             return load_llamacpp_engine(spec, choice)
-        from .loading import load_engine as _load
-
-        engine = _load(model=spec.model, device=spec.device, dtype=spec.dtype, draft_model=spec.draft_model)
-        engine.runtime_choice = choice.to_json()
-        return engine
+        return on_torch(choice)
 
     if not spec.backend.remote:
         return local()

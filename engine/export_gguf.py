@@ -53,6 +53,8 @@ def export_gguf(engine, out: Path, dtype: str = "float32") -> dict:
     import gguf
 
     model, tokenizer = engine.model, engine.tokenizer
+    if model is None:
+        raise EngineError("export gguf reads the weights from the torch runtime; load the model with runtime=\"torch\"")
     c = model.config
     if type(model).__name__ not in SUPPORTED or getattr(c, "attention_bias", False):
         raise EngineError(f"export gguf writes Llama models without attention bias; {type(model).__name__} is not one")

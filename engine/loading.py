@@ -16,12 +16,12 @@ from .gguf import cache_root, dequantized_folder, gguf_file
 from .int8 import calibration_ids, quantize_int8
 from .local import LocalEngine
 from .memory import give_back
+from .models import DEFAULT_MODEL_DIR
 from .protocol import ModelLoadError
 from .threads import PrefillThreads
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
 # Models that ship inside the package, by the name a config uses for them.
 PACKAGED_MODELS = {"smollm2-135m-draft": Path(__file__).parent / "models" / "smollm2-135m-draft"}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -3,18 +3,21 @@
 - "torch": transformers, always possible (a GGUF file is dequantized to float32 first: gguf.py).
 - "llamacpp": the GGUF file as it is, on llama.cpp's kernels; a model that is not a GGUF file (the
   embedded model, a folder) is exported to one in the cache first (export_gguf.py: Llama models).
-- "auto": on a CUDA GPU, torch. On a CPU, for a GGUF file, llama.cpp: its load is the file mapped
-  plus its KV cache, while torch's dequantizes to float32 (Qwen2.5-Coder-0.5B: 491 MB against 3.3 GB
-  loaded, issue 41), over the memory bound either runtime must meet (the file + KV + 300 MB), so
-  there is nothing to measure between them. Anything else, torch. Where llama-cpp-python cannot be
-  imported (not built: no compiler, another OS), torch, and the reason is given once.
+- "auto": on a CUDA GPU, torch. On a CPU, the runtimes whose load fits the memory bound (the GGUF
+  file + its KV cache + 300 MB) are measured on one keystroke's completion and the faster is kept,
+  once per CPU, build, model and thread count (runtime-choice.json in the cache folder), as dtype
+  "auto" is. A quantized GGUF file leaves nothing to measure: torch's float32 copy is several times
+  the file (Qwen2.5-Coder-0.5B: 491 MB against 3.3 GB loaded, issue 41), so llama.cpp runs it. A
+  float32 file and the embedded model (exported once) are measured; a model folder runs on torch as
+  it is, and so does a draft model or an explicit dtype. Where llama-cpp-python cannot be imported (not built: no
+  compiler, another OS), torch, and the reason is given once.
 """
-
 from __future__ import annotations
 
 import hashlib
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +28,9 @@ log = logging.getLogger(__name__)
 RUNTIMES = ("auto", "torch", "llamacpp")
 N_CTX = 4096  # the llama.cpp context: a 1,024-token prompt budget, 64 new tokens and a tree fit many times
 KERNELS_METHOD = "3"  # changes when how the kernel classes are measured or used changes: measured again
+CHOICE_METHOD = "1"  # changes when how the runtimes are compared changes: measured again
+MEASURE = "measure"  # choose()'s answer when both runtimes fit and this machine has not compared them yet
+HEADROOM_BYTES = 300 << 20  # issue 42's bound: the file + KV cache + 300 MB
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,7 @@ class RuntimeChoice:
 
 
 def choose(spec: EngineSpec) -> RuntimeChoice:
+    """The runtime for `spec`, or runtime MEASURE: compare both (measure_and_load) and keep the faster."""
     asked = spec.runtime or "auto"
     if asked not in RUNTIMES:
         raise ModelLoadError(f"unknown runtime {asked!r}: use one of {', '.join(RUNTIMES)}")
@@ -51,18 +58,133 @@ def choose(spec: EngineSpec) -> RuntimeChoice:
         return RuntimeChoice("llamacpp", "asked for (runtime = \"llamacpp\")", asked)
     if spec.device not in (None, "auto", "cpu"):
         return RuntimeChoice("torch", f"device {spec.device!r}: the torch runtime runs on GPUs", asked)
-    if gguf is None:
-        return RuntimeChoice("torch", "not a GGUF file: the torch runtime runs it as it is", asked)
     if spec.draft_model:
         return RuntimeChoice("torch", "a draft model runs beside the torch runtime only", asked)
     if spec.device in (None, "auto") and _cuda_available():
         return RuntimeChoice("torch", "a CUDA GPU: the torch runtime", asked)
+    if gguf is None and spec.dtype not in (None, "auto", "float32"):
+        return RuntimeChoice("torch", f"dtype {spec.dtype!r}: the torch runtime (llama.cpp runs the model "
+                                      "exported in float32)", asked)
+    if gguf is None and spec.model is not None:
+        return RuntimeChoice("torch", "a model folder or hub name: the torch runtime runs it as it is", asked)
     reason = llamacpp_unavailable()
     if reason:
-        return RuntimeChoice("torch", f"{reason}: the torch runtime dequantizes the file instead (more memory, "
-                                      "slower on a CPU)", asked)
-    return RuntimeChoice("llamacpp", "a GGUF file on a CPU: llama.cpp runs the file as it is (the torch runtime "
-                                     "would dequantize it to float32, several times its memory)", asked)
+        return RuntimeChoice("torch", f"{reason}: the torch runtime instead" +
+                             (" (it dequantizes the file: more memory, slower on a CPU)" if gguf else ""), asked)
+    if gguf is not None and not _torch_fits(gguf):
+        return RuntimeChoice("llamacpp", "a quantized GGUF file on a CPU: llama.cpp runs the file as it is (the "
+                                         "torch runtime's float32 copy would not fit the file + KV cache + 300 MB)",
+                             asked)
+    known = measured_read().get(_choice_key(spec))
+    if isinstance(known, dict) and known.get("runtime") in ("torch", "llamacpp"):
+        return RuntimeChoice(known["runtime"], f"{_compared(known)} on this CPU (measured before)", asked)
+    return RuntimeChoice(MEASURE, "both runtimes fit: measure them", asked)
+
+
+def measure_and_load(spec: EngineSpec, load_torch, load_llamacpp):
+    """Loads the model on both runtimes, times one keystroke's completion on each (the best of 3, its
+    prompt cached: what a keystroke costs while typing), keeps the faster engine and remembers which."""
+    figures = {}
+    engines = {}
+    for runtime, load in (("torch", load_torch), ("llamacpp", load_llamacpp)):
+        try:
+            engines[runtime] = load(RuntimeChoice(runtime, "being measured"))
+        except ModelLoadError as exc:
+            if runtime == "torch":
+                raise
+            log.warning("runtime auto: llama.cpp could not load the model (%s); torch runs it", exc)
+            engine = engines["torch"]
+            engine.runtime_choice = RuntimeChoice("torch", f"llama.cpp could not load it: {exc}",
+                                                  spec.runtime or "auto").to_json()
+            return engine
+        figures[f"{runtime}_ms"] = round(_keystroke_ms(engines[runtime]), 2)
+    winner = "llamacpp" if figures["llamacpp_ms"] < figures["torch_ms"] else "torch"
+    engines.pop("torch" if winner == "llamacpp" else "llamacpp").close()
+    known = {"runtime": winner, **figures}
+    from .. import measured
+
+    measured.remember(_choice_path(), _choice_key(spec), known)
+    engine = engines[winner]
+    engine.runtime_choice = RuntimeChoice(winner, f"{_compared(known)} on this CPU (measured now)",
+                                          spec.runtime or "auto").to_json()
+    log.info("runtime auto: %s", engine.runtime_choice["why"])
+    return engine
+
+
+def _compared(known: dict) -> str:
+    return (f"{known['runtime']}: a keystroke's completion took {known.get('llamacpp_ms')} ms on llama.cpp, "
+            f"{known.get('torch_ms')} ms on torch")
+
+
+_KEYSTROKE_PROMPT = "def fill(text, width=70, **kwargs):\n    "
+
+
+def _keystroke_ms(engine) -> float:
+    """The best of 3 completions of one prompt after a first one that fills the cache, in ms."""
+    prefix = _PROBE_TEXT * 4 + _KEYSTROKE_PROMPT
+    engine.complete(prefix, max_new_tokens=24)
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        engine.complete(prefix, max_new_tokens=24)
+        best = min(best, (time.perf_counter() - started) * 1000)
+    return best
+
+
+def _torch_fits(path: Path) -> bool:
+    """Whether torch's float32 copy of a GGUF file fits the bound llama.cpp's load meets (file + 300 MB;
+    the KV cache is left out on both sides)."""
+    from gguf import GGUFReader
+
+    elements = sum(int(t.n_elements) for t in GGUFReader(str(path)).tensors)
+    return elements * 4 <= path.stat().st_size + HEADROOM_BYTES
+
+
+def _choice_path() -> Path:
+    from ..gguf import cache_root
+
+    return cache_root() / "runtime-choice.json"
+
+
+def measured_read() -> dict:
+    from .. import measured
+
+    return measured.read(_choice_path())
+
+
+def _choice_key(spec: EngineSpec) -> str:
+    from ..hardware import cpu_model_and_flags
+    from .llamacpp import import_llama_cpp
+
+    L = import_llama_cpp()
+    return "|".join([CHOICE_METHOD, cpu_model_and_flags(), L.__version__, _model_stamp(spec.model),
+                     str(cpu_threads())])
+
+
+def _folder(model: str | None) -> Path:
+    """A model folder on disk; the embedded model's without importing torch's loading."""
+    if model is None:
+        from ..models import DEFAULT_MODEL_DIR
+
+        return DEFAULT_MODEL_DIR
+    from ..loading import _resolve
+
+    source, local = _resolve(model)
+    if not local:
+        raise ModelLoadError(f"runtime \"llamacpp\" takes a GGUF file or a local model folder; {model!r} is neither")
+    return Path(source)
+
+
+def _model_stamp(model: str | None) -> str:
+    """Names a model's files: a changed file is a new model."""
+    from ..gguf import gguf_file
+
+    path = gguf_file(model) if model else None
+    if path is None:
+        path = _folder(model)
+    files = [path] if path.is_file() else sorted(f for f in path.glob("*") if f.is_file())
+    return str(path.resolve()) + "|" + ",".join(f"{f.name}:{f.stat().st_size}:{int(f.stat().st_mtime)}"
+                                                for f in files)
 
 
 def _check_llamacpp_fits(spec: EngineSpec) -> None:
@@ -113,13 +235,15 @@ def load_llamacpp_engine(spec: EngineSpec, choice: RuntimeChoice):
     from .llamacpp import LlamaCppRuntime
 
     path = gguf_file(spec.model) if spec.model else None
+    folder = None  # an exported model's folder: its tokenizer's split, FIM order and n-gram table
     if path is None:
-        path = exported_gguf(spec.model)
+        path, folder = exported_gguf(spec.model), _folder(spec.model)
     runtime = LlamaCppRuntime(path, cpu_threads(), N_CTX)
-    tokenizer = GgufTokenizer(runtime.L, runtime.vocab)
+    splitter = folder / "tokenizer.json" if folder is not None else None  # gguf_tokenizer.py says why
+    tokenizer = GgufTokenizer(runtime.L, runtime.vocab, splitter if splitter and splitter.is_file() else None)
     _kernel_classes(runtime, tokenizer.encode(_PROBE_TEXT * 8)[:320])  # past 256 cells, where kernels change
     name = "default" if spec.model is None else spec.model
-    engine = LocalEngine(None, tokenizer, torch.device("cpu"), name, None, runtime=runtime,
+    engine = LocalEngine(None, tokenizer, torch.device("cpu"), name, str(folder) if folder else None, runtime=runtime,
                          runtime_choice=choice.to_json())
     engine.warm_up()
     log.info("loaded %s on llama.cpp (%s, %d threads; exact trees of up to %d nodes, decodes of %d rows at least)",
@@ -160,16 +284,14 @@ def exported_gguf(model: str | None) -> Path:
     """A model that is not a GGUF file (the embedded one, a folder) as one, written once into the
     cache by the project's exporter (float32; Llama models)."""
     from ..gguf import cache_root
-    from ..loading import _resolve, load_engine
 
-    source, local = _resolve(model)
-    if not local:
-        raise ModelLoadError(f"runtime \"llamacpp\" takes a GGUF file or a local model folder; {model!r} is neither")
+    source = _folder(model)
     stamp = "|".join(f"{f.name}:{f.stat().st_size}:{int(f.stat().st_mtime)}" for f in sorted(Path(source).glob("*")))
     digest = hashlib.sha256(f"{Path(source).resolve()}|{stamp}".encode()).hexdigest()[:16]
     out = cache_root() / "gguf-exports" / f"{Path(source).name}-{digest}.gguf"
     if not out.is_file():
         from ..export_gguf import export_gguf
+        from ..loading import load_engine
 
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = out.with_suffix(f".{os.getpid()}.tmp")

@@ -1,15 +1,27 @@
 """A GGUF file's own tokenizer, through llama.cpp: what the engine asks of a tokenizer (encode,
 decode, the vocabulary, BOS and EOS, each token's bytes), without transformers. Token ids are the
-file's, as llama-server's are."""
+file's, as llama-server's are.
+
+A file this project exported from a model folder (the embedded model) splits text with the folder's
+own tokenizer.json (the `tokenizers` library, no transformers): llama.cpp only knows its built-in
+pre-tokenizer regexes, and the nearest one ("gpt-2") cuts `__name__` in four where the model saw one
+token, which the model answers with nonsense (export_gguf.py)."""
 
 from __future__ import annotations
 
 import ctypes
+from pathlib import Path
 
 
 class GgufTokenizer:
-    def __init__(self, L, vocab):
+    def __init__(self, L, vocab, tokenizer_json: Path | None = None):
         self.L, self._vocab = L, vocab
+        self._splitter = None
+        if tokenizer_json is not None:
+            from tokenizers import Tokenizer
+
+            self._splitter = Tokenizer.from_file(str(tokenizer_json))
+            self._splitter.encode_special_tokens = True  # `<fim_prefix>` written in a file stays text
         self.n_tokens = L.llama_vocab_n_tokens(vocab)
         self.bos_token_id = _token(L.llama_vocab_bos(vocab))
         self.eos_token_id = _token(L.llama_vocab_eos(vocab))
@@ -27,6 +39,8 @@ class GgufTokenizer:
     def encode(self, text: str, add_special_tokens: bool = False, split_special_tokens: bool = True) -> list[int]:
         """The text's ids; special tokens written in the text stay text (`<|fim_prefix|>` in a
         user's file is not a FIM token), as split_special_tokens does in transformers."""
+        if self._splitter is not None:
+            return self._splitter.encode(text, add_special_tokens=add_special_tokens).ids
         data = text.encode("utf-8", "surrogatepass")
         room = len(data) + 8
         out = (self.L.llama_token * room)()

@@ -63,12 +63,28 @@ def import_llama_cpp():
         import llama_cpp
     except (ImportError, OSError) as exc:  # OSError: the shared library failed to load
         raise LlamaCppUnavailable(f"llama-cpp-python is not available ({exc})") from exc
-    import llama_cpp._logger  # noqa: F401 - routes llama.cpp's log through the logger below
+    import llama_cpp._logger  # noqa: F401 - installs its own log callback on import: ours replaces it
 
-    # which prints every line of a model load to stderr unless told otherwise
-    if logging.getLogger("llama-cpp-python").level == logging.NOTSET:
-        logging.getLogger("llama-cpp-python").setLevel(logging.WARNING)
+    llama_cpp.llama_log_set(_log_callback(llama_cpp), ctypes.c_void_p(0))
     return llama_cpp
+
+
+_LOG_CALLBACK = None  # the ctypes callback must outlive every call llama.cpp makes to it
+GGML_LOG_LEVELS = {3: logging.WARNING, 4: logging.ERROR}  # ggml's enum: 1 debug, 2 info, 3 warn, 4 error, 5 cont
+
+
+def _log_callback(llama_cpp):
+    """llama.cpp's warnings and errors to this module's logger; its info lines (a model load prints a
+    hundred) dropped. llama-cpp-python's own callback maps an older enum and prints info lines."""
+    global _LOG_CALLBACK
+    if _LOG_CALLBACK is None:
+        @llama_cpp.llama_log_callback
+        def callback(level, text, user_data):
+            if level in GGML_LOG_LEVELS and log.isEnabledFor(GGML_LOG_LEVELS[level]):
+                log.log(GGML_LOG_LEVELS[level], "llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+
+        _LOG_CALLBACK = callback
+    return _LOG_CALLBACK
 
 
 _backend_ready = False
@@ -97,7 +113,8 @@ class LlamaCppRuntime:
         ctx_params.n_seq_max = PAD_SEQ + 1
         ctx_params.kv_unified = True  # branches share the prompt's cells
         ctx_params.embeddings = hidden  # the final hidden state beside the logits
-        ctx_params.pooling_type = L.LLAMA_POOLING_TYPE_NONE
+        if hidden:  # else the model's own (unspecified), which llama.cpp warns about overriding
+            ctx_params.pooling_type = L.LLAMA_POOLING_TYPE_NONE
         self.with_hidden = hidden
         ctx_params.n_threads = ctx_params.n_threads_batch = threads
         # Flash attention's one-token and batched kernels sum differently once the cache passes a few

@@ -11,7 +11,7 @@ from memosight.engine.export_gguf import export_gguf
 
 def test_llama_cpp_reads_the_exported_model_as_transformers_computes_it(tmp_path):
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is in the dev extras")
-    engine = load_engine()
+    engine = load_engine(runtime="torch")  # the weights are read from torch
     report = export_gguf(engine, tmp_path / "m.gguf")
     assert report["fim"] == "starcoder" and report["layers"] == engine.model.config.num_hidden_layers
     ids = engine.tokenizer.encode("import os\n\n\ndef read_lines(path):\n    with open(path) as f:\n", add_special_tokens=False)

@@ -136,6 +136,23 @@ def test_the_engine_on_llamacpp_completes_with_fim_and_imports_no_transformers(e
     assert out.stdout.split() == ["True", "False", "True"], out.stderr[-2000:]
 
 
+def test_the_embedded_model_once_exported_loads_on_llamacpp_without_transformers(tmp_path):
+    """The first load writes the embedded model as a GGUF file (through torch's loading); a later process
+    finds the file and its runtime choice in the cache and imports no transformers."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from memosight.engine import load_engine; e = load_engine(runtime='llamacpp'); "
+            "c = e.complete('def add(a, b):\\n    return ', max_new_tokens=4); "
+            "print(e.status()['runtime'], 'transformers' in sys.modules)")
+    env = {**os.environ, "MEMOSIGHT_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert first.stdout.split() == ["llamacpp", "True"], first.stderr[-2000:]  # exported now
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert again.stdout.split() == ["llamacpp", "False"], again.stderr[-2000:]
+
+
 def test_the_kernel_classes_are_measured_once_per_cpu_and_file(embedded_gguf, tmp_path, monkeypatch):
     from memosight.engine import load_engine
 
@@ -161,3 +178,17 @@ def test_a_padded_one_token_prefill_answers_with_its_own_row_not_the_padding(run
     finally:
         runtime.min_rows = saved
     assert np.array_equal(prefilled, stepped)
+
+
+def test_the_embedded_model_on_llamacpp_writes_what_it_writes_on_torch():
+    """The exported file is prompted as the model was trained: its own tokenizer's split (llama.cpp's
+    "gpt-2" regex cuts `__name__` in four) and its FIM order (memosight.json: suffix first). Before both,
+    3 of these 4 completions were nonsense on llama.cpp."""
+    from memosight.engine import load_engine
+
+    from ..test_default_model import KNOWN_COMPLETIONS
+
+    engine = load_engine(runtime="llamacpp")
+    assert engine.fim_order == "spm"
+    for prefix, suffix, expected in KNOWN_COMPLETIONS:
+        assert engine.complete(prefix, suffix, max_new_tokens=16, single_line=True).text == expected, prefix
