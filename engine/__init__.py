@@ -10,15 +10,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .protocol import (BackendSpec, Completion, CompletionRequest, Engine, EngineError, EngineInfo, EngineSettings,
-                       EngineSpec, ModelLoadError, RequestOptions, StopRule, Stream)
+                        EngineSpec, ModelLoadError, RequestOptions, StopRule, Stream)
 
 if TYPE_CHECKING:
-    from .local import LocalEngine
+    from .engines.local import LocalEngine
 
 
 def catalog_names() -> frozenset[str]:
     """The names `memosight model pull` knows (`model = "qwen2.5-coder-0.5b"`): names, not paths."""
-    from .catalog import CATALOG  # no torch, no huggingface_hub
+    from .loading.catalog import CATALOG  # no torch, no huggingface_hub
 
     return frozenset(CATALOG)
 
@@ -41,7 +41,7 @@ def load_engine(model: "str | EngineSpec | None" = None, device: str | None = No
         from .runtime.choice import MEASURE, choose, load_llamacpp_engine, measure_and_load
 
         def on_torch(choice) -> "LocalEngine":
-            from .loading import load_engine as _load
+            from .loading.torch_load import load_engine as _load
 
             engine = _load(model=spec.model, device=spec.device, dtype=spec.dtype, draft_model=spec.draft_model)
             engine.runtime_choice = choice.to_json()
@@ -58,7 +58,7 @@ def load_engine(model: "str | EngineSpec | None" = None, device: str | None = No
         return local()
     import getpass
 
-    from .remote import open_remote_engine, session_id
+    from .engines.remote import open_remote_engine, session_id
 
     # a stable, anonymous id of (user, workspace) keeps a user on one replica
     session = session_id(getpass.getuser(), spec.workspace) if spec.workspace else ""
@@ -70,7 +70,7 @@ def fault_injector(spec: str) -> "Callable[[Engine], Engine]":
     """For reliability tests only: a function that puts an engine behind one that fails or stalls on
     purpose by `spec` (e.g. 'raise=0.05,slow=0.05,slow_ms=400,seed=0'; faults.py). A bad spec raises
     ValueError at once, before any engine is loaded."""
-    from .faults import FaultPlan, FaultyEngine
+    from .engines.faults import FaultPlan, FaultyEngine
 
     plan = FaultPlan.parse(spec)
     return lambda engine: FaultyEngine(engine, plan)
@@ -78,7 +78,7 @@ def fault_injector(spec: str) -> "Callable[[Engine], Engine]":
 
 def __getattr__(name: str):
     if name == "LocalEngine":
-        from .local import LocalEngine
+        from .engines.local import LocalEngine
 
         return LocalEngine
     raise AttributeError(name)

@@ -29,7 +29,7 @@ class Settings:
     model: str | None = None  # model folder, GGUF file, catalog name or Hugging Face id; None = the embedded one
     draft_model: str | None = None  # a small model with the same tokenizer that drafts for `model`
     device: str = "auto"  # "auto" (CUDA when available), "cpu", "cuda", "cuda:N"
-    # "auto" (on a CPU measured once per CPU and model: engine/auto_dtype.py; bf16/fp16 on a GPU), "int8",
+    # "auto" (on a CPU measured once per CPU and model: engine/loading/auto_dtype.py; bf16/fp16 on a GPU), "int8",
     # "float32", "bfloat16", "float16"
     dtype: str = "auto"
     # what runs the model in process: "auto" (llama.cpp for a GGUF file on a CPU), "torch", "llamacpp"

@@ -47,14 +47,7 @@ def build_tokenizer(folder: Path, fim: bool = True, vocab_size: int = 400):
 def build_tiny_model(folder: Path, arch: str = "llama", fim: bool = True, seed: int = 0) -> Path:
     """A randomly initialised model of `arch` with a small byte-level tokenizer, saved with save_pretrained."""
     import torch
-    from transformers import (
-        GPT2Config,
-        GPT2LMHeadModel,
-        LlamaConfig,
-        LlamaForCausalLM,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-    )
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(folder, fim=fim)
@@ -87,7 +80,7 @@ def build_tiny_gguf(path: Path, model_dir: Path) -> Path:
     llama.cpp's converter writes: llama.* hyperparameters, the BPE tokenizer, q/k rows reordered)."""
     from types import SimpleNamespace
 
-    from memosight.engine.export_gguf import export_gguf
+    from memosight.engine.loading.export_gguf import export_gguf
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = SimpleNamespace(model=AutoModelForCausalLM.from_pretrained(model_dir),

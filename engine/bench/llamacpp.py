@@ -20,7 +20,7 @@ from pathlib import Path
 
 
 def gguf_of(model_dir: str | None) -> Path | None:
-    """The GGUF file a model folder was dequantized from (engine/gguf.py writes memosight.json)."""
+    """The GGUF file a model folder was dequantized from (engine/loading/gguf.py writes memosight.json)."""
     if not model_dir:
         return None
     marker = Path(model_dir) / "memosight.json"

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..local import LocalEngine
+from ..engines.local import LocalEngine
 from ..protocol import CompletionRequest, RequestOptions, StopRule
 from ..train.corpus import read_folder
 from ..train.data import eval_windows

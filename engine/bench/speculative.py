@@ -39,11 +39,11 @@ from pathlib import Path
 
 import torch
 
-from .. import kv
+from ..decoding import kv
+from ..decoding.speculate import Speculator
 from ..drafts import SOURCES
 from ..drafts.model import DraftModel
-from ..local import LocalEngine
-from ..speculate import Speculator
+from ..engines.local import LocalEngine
 from .common import cut_points, source_files, table
 from .llama_server import LlamaServerDecoder, native_bin_dir
 from .llamacpp import LlamaCppDecoder, build_flags, gguf_of
@@ -212,9 +212,8 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
     plain = results.get("plain")
     step_floor = None
     if plain and plain["tokens"] and engine.device.type == "cpu" and engine.model is not None:
+        from ..runtime.lean import decoder_for
         from .floor import floor
-
-        from ..lean import decoder_for
 
         lean = decoder_for(engine.model)
         kv_size = 8 if lean is not None and lean.attention_dtype == torch.float64 else 4

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from ..verify import Candidate
+from ..decoding.verify import Candidate
 
 
 @dataclass

@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..int8 import quantize_int8
-from ..verify import Candidate
+from ..decoding.verify import Candidate
+from ..loading.int8 import quantize_int8
 from .base import DraftSource, DraftState, StepOutcome
 
 WEIGHTS_FILE = "draft_heads.safetensors"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..verify import Candidate
+from ..decoding.verify import Candidate
 from .base import DraftSource, DraftState, StepOutcome
 from .ngram import lookup
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from .. import kv
-from ..verify import Candidate
+from ..decoding import kv
+from ..decoding.verify import Candidate
 from .base import DraftSource, DraftState, StepOutcome
 
 log = logging.getLogger(__name__)

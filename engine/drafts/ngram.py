@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..verify import Candidate
+from ..decoding.verify import Candidate
 from .base import DraftSource, DraftState
 
 

@@ -28,11 +28,11 @@ Logits and hidden states are arrays of the runtime's own kind (torch tensors, nu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..verify import DraftTree
+from ..decoding.verify import DraftTree
 
 
 def greedy(logits) -> int:

@@ -50,7 +50,7 @@ def choose(spec: EngineSpec) -> RuntimeChoice:
         raise ModelLoadError(f"unknown runtime {asked!r}: use one of {', '.join(RUNTIMES)}")
     if asked == "torch":
         return RuntimeChoice("torch", "asked for (runtime = \"torch\")", asked)
-    from ..gguf import gguf_file
+    from ..loading.gguf import gguf_file
 
     gguf = gguf_file(spec.model) if spec.model else None
     if asked == "llamacpp":
@@ -101,7 +101,7 @@ def measure_and_load(spec: EngineSpec, load_torch, load_llamacpp):
     winner = "llamacpp" if figures["llamacpp_ms"] < figures["torch_ms"] else "torch"
     engines.pop("torch" if winner == "llamacpp" else "llamacpp").close()
     known = {"runtime": winner, **figures}
-    from .. import measured
+    from ..loading import measured
 
     measured.remember(_choice_path(), _choice_key(spec), known)
     engine = engines[winner]
@@ -136,24 +136,27 @@ def _torch_fits(path: Path) -> bool:
     the KV cache is left out on both sides)."""
     from gguf import GGUFReader
 
-    elements = sum(int(t.n_elements) for t in GGUFReader(str(path)).tensors)
+    try:
+        elements = sum(int(t.n_elements) for t in GGUFReader(str(path)).tensors)
+    except (ValueError, OSError):  # not a GGUF file after all: llama.cpp's load says so, clearly
+        return False
     return elements * 4 <= path.stat().st_size + HEADROOM_BYTES
 
 
 def _choice_path() -> Path:
-    from ..gguf import cache_root
+    from ..loading.files import cache_root
 
     return cache_root() / "runtime-choice.json"
 
 
 def measured_read() -> dict:
-    from .. import measured
+    from ..loading import measured
 
     return measured.read(_choice_path())
 
 
 def _choice_key(spec: EngineSpec) -> str:
-    from ..hardware import cpu_model_and_flags
+    from ..loading.hardware import cpu_model_and_flags
     from .llamacpp import import_llama_cpp
 
     L = import_llama_cpp()
@@ -167,7 +170,7 @@ def _folder(model: str | None) -> Path:
         from ..models import DEFAULT_MODEL_DIR
 
         return DEFAULT_MODEL_DIR
-    from ..loading import _resolve
+    from ..loading.torch_load import _resolve
 
     source, local = _resolve(model)
     if not local:
@@ -177,7 +180,7 @@ def _folder(model: str | None) -> Path:
 
 def _model_stamp(model: str | None) -> str:
     """Names a model's files: a changed file is a new model."""
-    from ..gguf import gguf_file
+    from ..loading.gguf import gguf_file
 
     path = gguf_file(model) if model else None
     if path is None:
@@ -229,8 +232,8 @@ def load_llamacpp_engine(spec: EngineSpec, choice: RuntimeChoice):
     """The in-process engine on llama.cpp: the runtime, the file's own tokenizer, no transformers."""
     import torch  # the engine's device type; no tensor of the model lives in torch
 
-    from ..gguf import gguf_file
-    from ..local import LocalEngine
+    from ..engines.local import LocalEngine
+    from ..loading.gguf import gguf_file
     from .gguf_tokenizer import GgufTokenizer
     from .llamacpp import LlamaCppRuntime
 
@@ -254,9 +257,9 @@ def load_llamacpp_engine(spec: EngineSpec, choice: RuntimeChoice):
 def _kernel_classes(runtime, probe: list[int]) -> None:
     """The runtime's exact kernel classes: measured once per CPU, llama.cpp build, file and thread
     count (~2 s for Qwen2.5-Coder-0.5B on 2 cores), then read from the cache folder."""
-    from .. import measured
-    from ..gguf import cache_root
-    from ..hardware import cpu_model_and_flags
+    from ..loading import measured
+    from ..loading.files import cache_root
+    from ..loading.hardware import cpu_model_and_flags
 
     if len(probe) < 8:
         return
@@ -283,15 +286,15 @@ _PROBE_TEXT = '''def wrap(text, width=70, **kwargs):
 def exported_gguf(model: str | None) -> Path:
     """A model that is not a GGUF file (the embedded one, a folder) as one, written once into the
     cache by the project's exporter (float32; Llama models)."""
-    from ..gguf import cache_root
+    from ..loading.files import cache_root
 
     source = _folder(model)
     stamp = "|".join(f"{f.name}:{f.stat().st_size}:{int(f.stat().st_mtime)}" for f in sorted(Path(source).glob("*")))
     digest = hashlib.sha256(f"{Path(source).resolve()}|{stamp}".encode()).hexdigest()[:16]
     out = cache_root() / "gguf-exports" / f"{Path(source).name}-{digest}.gguf"
     if not out.is_file():
-        from ..export_gguf import export_gguf
-        from ..loading import load_engine
+        from ..loading.export_gguf import export_gguf
+        from ..loading.torch_load import load_engine
 
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = out.with_suffix(f".{os.getpid()}.tmp")

@@ -40,8 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..decoding.verify import DraftTree, first_chain
 from ..protocol import EngineError, ModelLoadError
-from ..verify import DraftTree, first_chain
 from . import Verified
 
 log = logging.getLogger(__name__)

@@ -7,10 +7,10 @@ import time
 
 import torch
 
-from .. import kv
-from ..lean import output_layer
-from ..verify import DraftTree, tree_attention_mask
+from ..decoding import kv
+from ..decoding.verify import DraftTree, tree_attention_mask
 from . import Verified
+from .lean import output_layer
 
 
 class TorchRuntime:

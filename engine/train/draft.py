@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ..loading import load_engine
+from ..loading.torch_load import load_engine
 from ..protocol import EngineError
 from . import Progress, checkpoint
 from .heads import split_files, windows_from_texts

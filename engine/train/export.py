@@ -17,7 +17,7 @@ import torch
 
 if TYPE_CHECKING:
     from .corpus import Source
-    from .loop import HeldOut, RunState
+    from .run import HeldOut, RunState
 
 
 def export_model(model, tokenizer, out_dir: Path, card: str, metrics: dict) -> None:

@@ -166,7 +166,7 @@ def run_finetune(model: str | None, out: Path, cfg: FinetuneConfig,
     import json
     import shutil
 
-    from ..loading import load_engine
+    from ..loading.torch_load import load_engine
     from .export import export_model
 
     if resume and not (out / CHECKPOINT_FILE).is_file():

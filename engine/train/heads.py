@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from ..drafts.heads import DraftHeads, HeadsConfig
-from ..loading import load_engine
+from ..loading.torch_load import load_engine
 from ..protocol import EngineError
 from . import Progress, checkpoint
 from .corpus import build_corpus, resolve_sources

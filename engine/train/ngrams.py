@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import kv
+from ..decoding import kv
 from ..drafts.ngram import NgramTable
-from ..loading import load_engine, load_tokenizer
+from ..loading.torch_load import load_engine, load_tokenizer
 from ..protocol import EngineError
 from . import Progress
 from .corpus import build_corpus, resolve_sources

@@ -20,7 +20,7 @@ left truncation at the same token budget, on real source files.
                       truncation at the same budget and at twice it, and the packed one with each
                       region kind of --ablate switched off or with the weights of a --variant
                       (attention=N: the model's own attention over the N tokens above the cursor as
-                      a region score, engine/attention.py). By group: all cursors, what the next
+                      a region score, engine/decoding/attention.py). By group: all cursors, what the next
                       line uses (a name absent from the 30 lines above; a name only another file
                       defines; neither), and the file's length.
   needle              a constant / helper defined thousands of lines away or in another open file
@@ -48,7 +48,6 @@ from ..context.regions import REGION_KINDS
 from ..documents import Document
 from .common import CommandError, add_json_argument, print_result
 from .context_measures import PROXY_TOKEN, needle_figures, recall_and_match, typing_stability
-
 
 # Beside the packed context: plain left truncation at the same budget and at twice it; llama.vim's
 # window (256 lines before the cursor, 64 after, cut to the budget) at the same budget and at twice it,

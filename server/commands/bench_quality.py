@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from memosight.engine.bench.quality import format_table, run_quality
-    from memosight.engine.loading import load_engine
+    from memosight.engine.loading.torch_load import load_engine
 
     if not Path(args.corpus).is_dir():
         raise CommandError(f"corpus folder {args.corpus!r} does not exist; give a folder of source files")

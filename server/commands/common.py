@@ -29,7 +29,7 @@ def print_result(result: dict, as_json: bool, render: Callable[[dict], str], cpu
     """The result as one JSON object (--json), or as `render(result)` for a person. `cpu`: a figure
     holds for the CPU it was taken on, so a benchmark's result names it (key `cpu`, a last line)."""
     if cpu:
-        from memosight.engine.hardware import cpu_info
+        from memosight.engine.loading.hardware import cpu_info
 
         # a result that says its own (a server's engine: None when it ran on a GPU or elsewhere) keeps it
         result = result if "cpu" in result else {**result, "cpu": cpu_info().to_json()}

@@ -4,7 +4,7 @@
     python -m llama_cpp.server --model /tmp/memosight.gguf        # or llama.cpp's llama-server -m
 
 The embedded model by default. Llama models with a byte-level BPE tokenizer; the FIM tokens are set,
-so llama.cpp's /infill writes the model's own fill-in-the-middle prompt (engine/export_gguf.py).
+so llama.cpp's /infill writes the model's own fill-in-the-middle prompt (engine/loading/export_gguf.py).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memosight.engine.export_gguf import export_gguf
-    from memosight.engine.loading import load_engine
+    from memosight.engine.loading.export_gguf import export_gguf
+    from memosight.engine.loading.torch_load import load_engine
 
     out = Path(args.out)
     if not out.parent.is_dir():

@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memosight.engine.catalog import CATALOG, models_dir, state
+    from memosight.engine.loading.catalog import CATALOG, models_dir, state
 
     models = [{"name": m.name, "file_bytes": m.size, "state": state(m), "path": str(m.path),
                "params": m.params, **m.memory(), "repo": m.repo, "revision": m.revision, "summary": m.summary}

@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memosight.engine.catalog import CATALOG, PullError, pull
+    from memosight.engine.loading.catalog import CATALOG, PullError, pull
 
     if args.name not in CATALOG:
         raise CommandError(f"{args.name!r} is not in the model catalog; known: {', '.join(CATALOG)}")

@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.max_order < 1 or args.min_count < 1:
         raise CommandError("--max-order and --min-count must be at least 1")
-    from memosight.engine.loading import model_folder
+    from memosight.engine.loading.torch_load import model_folder
     from memosight.engine.train.ngrams import count_ngrams
 
     save_to = Path(args.save_to) if args.save_to else model_folder(args.model)

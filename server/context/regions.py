@@ -51,7 +51,7 @@ WEIGHTS = {
     # llama.vim keeps chunks of what was edited lately (times proximity to the edit)
     "recent_code": 1.0,
     # the share of attention the lines above the cursor pay to a unit, when the model was asked
-    # (engine/attention.py; times the share): off unless a packer is given attention
+    # (engine/decoding/attention.py; times the share): off unless a packer is given attention
     "attended_code": 20.0,
 }
 DOC_REST = 0.25  # the rest of a long docstring scores this share of its head
@@ -372,7 +372,7 @@ def score_units(analysis: FileAnalysis, used: set[str], cursor_row: int | None,
     """A score per unit. `cursor_row` is None for another open document (only the definitions of
     the symbols used near the cursor count there). `similar`: each unit's similarity to the code
     being written (similar.py); `attended`: (first row, attention share of each row from it) that
-    the lines above the cursor pay to the rows before them (engine/attention.py); `shown`: names
+    the lines above the cursor pay to the rows before them (engine/decoding/attention.py); `shown`: names
     in the lines shown above the cursor's function, whose definitions count SHOWN_FACTOR as much;
     `recent`: rows the user edited lately (documents.py)."""
     w = WEIGHTS if weights is None else weights

@@ -326,7 +326,7 @@ def test_extension_completes_counts_acceptance_and_restarts_with_the_real_server
     assert out["acceptedText"].endswith(" ms · 100% accepted")
     assert "requests:   1 (1 completed, 1 accepted, 0 cancelled, 0 superseded)" in out["report"]
     assert f"command:    {sys.executable} -m memosight.server --stdio --log-level debug" in out["report"]
-    assert any(" INFO memosight.engine.loading: loaded" in line for line in out["output"]), log
+    assert any(" INFO memosight.engine.loading.torch_load: loaded" in line for line in out["output"]), log
     assert out["restartedText"] == f"$(sparkle) {model} · cpu"
     assert out["stoppedText"] == "$(circle-slash) MemoSight: stopped"
     print(f"VS Code extension end to end: {time.monotonic() - started:.1f} s; {out['events']}")

@@ -33,8 +33,8 @@ def test_int8_and_bfloat16_hold_on_an_emulated_avx2_cpu():
 @pytest.mark.skipif(os.environ.get("ONEDNN_MAX_CPU_ISA") != "AVX2", reason="runs inside the emulation only")
 def test_the_emulation_took_hold():
     import torch
-    from memosight.engine.hardware import cpu_info
     from memosight.engine.int8 import PACKED_KERNELS, weight_levels
+    from memosight.engine.loading.hardware import cpu_info
 
     assert torch.backends.cpu.get_cpu_capability() == "AVX2"  # torch's kernels capped
     info = cpu_info()  # reads the cap back: the description a figure would carry

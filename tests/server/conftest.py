@@ -13,14 +13,8 @@ from pathlib import Path
 
 import pytest
 from lsprotocol import types
-from memosight.engine.protocol import (
-    Completion,
-    CompletionRequest,
-    EngineInfo,
-    EngineSettings,
-    Stream,
-)
-from memosight.engine.stops import StreamState, stream_text
+from memosight.engine.protocol import Completion, CompletionRequest, EngineInfo, EngineSettings, Stream
+from memosight.engine.text.stops import StreamState, stream_text
 from pygls.io_ import run_async
 from pytest_lsp import make_test_lsp_client
 
@@ -120,8 +114,8 @@ async def in_process_session(root: Path, engine=None, init_options: dict | None 
                              capabilities: types.ClientCapabilities | None = None):
     """The real MemoSight language server, in this process and event loop, with `engine` (a
     ScriptedEngine by default); yields pytest-lsp's client, initialized, with `.server` and `.engine`."""
-    from memosight.server.lsp import create_server
     from memosight.server.framing import FrameWriter
+    from memosight.server.lsp import create_server
     from memosight.server.rpc import serve
 
     engine = engine if engine is not None else ScriptedEngine()

@@ -425,7 +425,7 @@ async def test_closing_a_document_drops_what_the_suggester_kept_for_it(tmp_path,
 
 async def test_after_an_engine_fault_mid_generation_the_next_completion_is_whole(tmp_path, lsp_session,
                                                                                   scripted_engine, lsp_status):
-    from memosight.engine.faults import FaultPlan, FaultyEngine
+    from memosight.engine.engines.faults import FaultPlan, FaultyEngine
 
     engine = FaultyEngine(scripted_engine("hello", repeat=False), FaultPlan(raise_rate=1.0, raise_after=2))
     async with lsp_session(tmp_path, engine) as client:

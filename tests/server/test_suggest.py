@@ -369,7 +369,7 @@ def test_a_bad_draft_model_costs_the_draft_only(scripted_engine):
 def test_a_remote_backend_answers_through_the_same_suggester_and_a_dead_one_is_said_once():
     from memosight.server.config import Backend
 
-    from ..engine.test_remote import FakeServer
+    from ..engine.engines.test_remote import FakeServer
 
     server = FakeServer()
     server.pieces = ["items", "\n", "more"]

@@ -1,7 +1,7 @@
 // Which output channel level each line of the server's stderr gets. No 'vscode' import.
 //
 // vscode-languageclient logs every stderr line as an error; the server's log lines carry their own
-// level ("2026-11-30 03:23:38,723 INFO memosight.engine.loading: loaded ..."), so use it. DEBUG goes
+// level ("2026-11-30 03:23:38,723 INFO memosight.engine.loading.torch_load: loaded ..."), so use it. DEBUG goes
 // out as info: the server already filters by memosight.logLevel, and the channel hides debug lines
 // unless its own level is lowered too.
 

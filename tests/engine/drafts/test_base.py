@@ -2,9 +2,8 @@
 learned state, and the per-source drafted/accepted counts."""
 
 import pytest
-
+from memosight.engine.decoding.verify import Candidate
 from memosight.engine.drafts.base import DraftSource, DraftState, DraftStats
-from memosight.engine.verify import Candidate
 
 
 class Remembering(DraftSource):

@@ -1,9 +1,9 @@
 """The lookahead cache: the rest of recent suggestions, and confident hints, drafted when the text
 gets back to them."""
 
+from memosight.engine.decoding.verify import Candidate
 from memosight.engine.drafts import DraftState, StepOutcome
 from memosight.engine.drafts.lookahead import LookaheadCache
-from memosight.engine.verify import Candidate
 
 
 def test_a_finished_suggestion_is_drafted_when_the_user_types_its_start():

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 from memosight.engine import load_engine
+from memosight.engine.decoding.speculate import Speculator
 from memosight.engine.drafts.model import DraftModel
-from memosight.engine.loading import ModelLoadError
-from memosight.engine.speculate import Speculator
+from memosight.engine.loading.torch_load import ModelLoadError
 
 from ...conftest import build_repeater_model, build_tiny_model, build_tokenizer, verify_everything
 

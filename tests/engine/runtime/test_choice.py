@@ -5,7 +5,6 @@ with the reason when llama-cpp-python cannot run."""
 from __future__ import annotations
 
 import pytest
-
 from memosight.engine import EngineSpec, ModelLoadError
 from memosight.engine.runtime import choice
 
@@ -51,7 +50,7 @@ def test_an_engine_says_which_runtime_runs_it_and_why(embedded_gguf, tiny_model_
 
 def test_a_float32_file_fits_both_runtimes_and_a_quantized_one_only_llamacpp(embedded_gguf, monkeypatch):
     assert choice._torch_fits(embedded_gguf)  # the exported embedded model is float32: torch's copy is the file
-    from memosight.engine.gguf import packaged_file
+    from memosight.engine.loading.gguf import packaged_file
 
     try:
         smollm2 = packaged_file("smollm2-135m")

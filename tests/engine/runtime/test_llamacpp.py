@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from memosight.engine.verify import DraftTree
+from memosight.engine.decoding.verify import DraftTree
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is in the dev extras")
 

@@ -5,10 +5,9 @@ then an end token), the continuations it then proposes, the held-out split, and 
 import numpy as np
 import pytest
 import torch
-
 from memosight.engine import load_engine
 from memosight.engine.drafts.ngram import NgramTable
-from memosight.engine.loading import load_tokenizer
+from memosight.engine.loading.torch_load import load_tokenizer
 from memosight.engine.protocol import EngineError
 from memosight.engine.train.ngrams import count_ngrams, greedy_choices
 

@@ -8,9 +8,8 @@ import hashlib
 import json
 
 import pytest
-
 from memosight.engine import catalog
-from memosight.engine.catalog import CatalogModel
+from memosight.engine.loading.catalog import CatalogModel
 from memosight.server.commands import model_list
 
 HEADERS = ["NAME", "FILE", "STATE", "PARAMS", "WEIGHTS IN RAM (CPU, float32)", "IN GPU MEMORY (bfloat16)"]

@@ -13,10 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-
 from memosight.engine import ModelLoadError, load_engine
-from memosight.engine import catalog
-from memosight.engine.catalog import CATALOG, CatalogModel
+from memosight.engine.loading.catalog import CATALOG, CatalogModel
 from memosight.server.cli import main
 
 NAME = "tiny-test"

@@ -5,7 +5,7 @@ import { serverLogLevel } from "../serverLog";
 
 test("a server log line keeps its own level", () => {
   const at = "2026-11-30 03:23:38,723";
-  assert.equal(serverLogLevel(`${at} INFO memosight.engine.loading: loaded default on cpu`, "error"), "info");
+  assert.equal(serverLogLevel(`${at} INFO memosight.engine.loading.torch_load: loaded default on cpu`, "error"), "info");
   assert.equal(serverLogLevel(`${at} DEBUG memosight.server.suggest: request 3`, "error"), "info");
   assert.equal(serverLogLevel(`${at} WARNING memosight.server.lsp: invalid setting`, "info"), "warn");
   assert.equal(serverLogLevel(`${at} ERROR memosight.server.suggest: generation failed`, "info"), "error");
