@@ -24,7 +24,7 @@ from .threads import PrefillThreads
 log = logging.getLogger(__name__)
 
 # Models that ship inside the package, by the name a config uses for them.
-PACKAGED_MODELS = {"smollm2-135m-draft": Path(__file__).parent / "models" / "smollm2-135m-draft"}
+PACKAGED_MODELS = {"smollm2-135m-draft": DEFAULT_MODEL_DIR.parent / "smollm2-135m-draft"}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 

@@ -293,6 +293,7 @@ async def replay(args) -> dict:
     env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
     server_args = ["--log-file", args.server_log, "--log-level", "debug"] if args.server_log else []
     lsp = LspProcess([sys.executable, "-m", "memosight.server", "--stdio", *server_args], env=env)
+    spawned = time.perf_counter()
     await lsp.start()
     options = {"model": args.model} if args.model else {}
     if args.backend:
@@ -308,9 +309,11 @@ async def replay(args) -> dict:
     warm_uri = Path(functions[0][0]).resolve().as_uri() + "#warmup"
     lsp.notify("textDocument/didOpen", {"textDocument": {"uri": warm_uri, "languageId": "python", "version": 1,
                                                          "text": "def f(x):\n    return x\n"}})
-    await lsp.call("textDocument/inlineCompletion", {"textDocument": {"uri": warm_uri},
-                                                     "position": {"line": 1, "character": 4},
-                                                     "context": {"triggerKind": 1}}, timeout=300)
+    first = await lsp.call("textDocument/inlineCompletion", {"textDocument": {"uri": warm_uri},
+                                                             "position": {"line": 1, "character": 4},
+                                                             "context": {"triggerKind": 1}}, timeout=300)
+    # what a user waits for after the editor starts the server: spawn, load, the first answer
+    first_answer = {"ms": round((time.perf_counter() - spawned) * 1000, 1), "text": suggestion_text(first)}
     results = []
     for pause in args.pauses:
         before = await lsp.call("memosight/status", {})
@@ -322,6 +325,7 @@ async def replay(args) -> dict:
                 on_step(n + 1, len(functions), {"requests": stats.requests})
         status = await lsp.call("memosight/status", {"recent": True})
         result = summarize(stats, before, status, len(functions))
+        result["first_answer"] = first_answer
         if args.breakdown:
             result["breakdown"] = breakdown(stats.answered_ids, status.get("breakdown", {}).get("recent", []))
         results.append(result)
@@ -342,6 +346,7 @@ def summarize(stats: Replay, before: dict, after: dict, functions: int) -> dict:
     reused = c1.get("reused_tokens", 0) - c0.get("reused_tokens", 0)
     return {
         "model": after.get("model"), "device": after.get("device"), "dtype": after.get("dtype"),
+        "runtime": after.get("runtime"), "runtime_why": (after.get("runtime_choice") or {}).get("why"),
         "cpu": after.get("cpu"), "functions": functions, "pause_ms": stats.pause_ms,
         "requests": stats.requests, "answered": stats.answered, "with_suggestion": stats.with_items,
         "latency_ms": {"p50": pick(0.5), "p95": pick(0.95), "max": round(lat[-1], 1) if lat else None},
@@ -371,7 +376,10 @@ def render(result: dict) -> str:
     lat = result["latency_ms"]
     mode = "no pause: every answer waited for" if not result["pause_ms"] else f"pause {result['pause_ms']:g} ms"
     lines = [
-        f"model {result['model']}  device {result['device']}  functions {result['functions']}  {mode}",
+        f"model {result['model']}  device {result['device']}  runtime {result.get('runtime')}  "
+        f"functions {result['functions']}  {mode}",
+        f"first answer {result['first_answer']['ms']:.0f} ms after the server was spawned "
+        f"({result['first_answer']['text']!r})" if result.get("first_answer") else "first answer: not measured",
         f"requests {result['requests']}  answered {result['answered']}  with a suggestion {result['with_suggestion']}",
         f"latency  p50 {lat['p50']} ms  p95 {lat['p95']} ms  max {lat['max']} ms",
         f"typed-through share {result['typed_through_share']:.1%}   joined generations {result['joined']}",

@@ -22,8 +22,8 @@ EMULATED = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="AVX2 is an x86 instruction set")
 def test_int8_and_bfloat16_hold_on_an_emulated_avx2_cpu():
     env = {**os.environ, **EMULATED}
-    tests = [str(TESTS / "test_int8.py"), str(TESTS / "test_auto_dtype.py"), str(TESTS / "test_hardware.py"),
-             str(TESTS / "test_emulated_isa.py")]
+    tests = [str(TESTS / "loading" / "test_int8.py"), str(TESTS / "loading" / "test_auto_dtype.py"),
+             str(TESTS / "loading" / "test_hardware.py"), str(TESTS / "test_emulated_isa.py")]
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
                          env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
@@ -33,7 +33,7 @@ def test_int8_and_bfloat16_hold_on_an_emulated_avx2_cpu():
 @pytest.mark.skipif(os.environ.get("ONEDNN_MAX_CPU_ISA") != "AVX2", reason="runs inside the emulation only")
 def test_the_emulation_took_hold():
     import torch
-    from memosight.engine.int8 import PACKED_KERNELS, weight_levels
+    from memosight.engine.loading.int8 import PACKED_KERNELS, weight_levels
     from memosight.engine.loading.hardware import cpu_info
 
     assert torch.backends.cpu.get_cpu_capability() == "AVX2"  # torch's kernels capped

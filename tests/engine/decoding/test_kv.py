@@ -1,6 +1,7 @@
 import pytest
 import torch
-from memosight.engine import EngineSettings, kv, load_engine
+from memosight.engine import EngineSettings, load_engine
+from memosight.engine.decoding import kv
 
 
 def test_prefix_tree_serves_an_earlier_prompt_after_switching(tiny_model_dir):

@@ -110,7 +110,7 @@ def test_the_output_rows_are_the_models_own_and_are_not_saved(tmp_path):
 def test_heads_with_their_own_output_draft_in_int8_only_where_clearly_faster(
         tiny_model_dir, tmp_path, monkeypatch, int8_ms, float_ms, expect_int8):
     from memosight.engine.drafts import heads as heads_module
-    from memosight.engine.int8 import is_int8
+    from memosight.engine.loading.int8 import is_int8
 
     engine = load_engine(str(tiny_model_dir), device="cpu")
     hidden = engine.model.config.hidden_size

@@ -6,8 +6,10 @@ import json
 
 import pytest
 import torch
-from memosight.engine import auto_dtype, lean, load_engine
-from memosight.engine.int8 import Int8Linear
+from memosight.engine import load_engine
+from memosight.engine.loading import auto_dtype
+from memosight.engine.runtime import lean
+from memosight.engine.loading.int8 import Int8Linear
 from memosight.engine.loading.auto_dtype import MIN_AGREEMENT, as_dtype, choose_cpu_dtype, measure, probe_ids
 from transformers import AutoModelForCausalLM, AutoTokenizer
 

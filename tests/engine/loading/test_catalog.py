@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from memosight.engine import ModelLoadError, catalog, gguf
+from memosight.engine import ModelLoadError
+from memosight.engine.loading import catalog, gguf
 from memosight.engine.loading.catalog import CATALOG, CatalogModel
 
 

@@ -5,7 +5,8 @@ import shutil
 
 import pytest
 import torch
-from memosight.engine import ModelLoadError, gguf, load_engine
+from memosight.engine import ModelLoadError, load_engine
+from memosight.engine.loading import gguf
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ decoding of an int8 model equal to that model's own greedy decoding."""
 import pytest
 import torch
 from memosight.engine import load_engine
-from memosight.engine.int8 import PACKED_KERNELS, Int8Linear, is_int8, quantize_int8, weight_levels
+from memosight.engine.loading.int8 import PACKED_KERNELS, Int8Linear, is_int8, quantize_int8, weight_levels
 from torch import nn
 
 

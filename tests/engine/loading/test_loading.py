@@ -55,7 +55,7 @@ def test_pickled_weights_are_refused_and_never_unpickled(tmp_path, tiny_model_di
 
 
 def test_a_packaged_model_that_is_missing_is_a_clear_error(tmp_path, monkeypatch):
-    from memosight.engine import loading
+    from memosight.engine.loading import torch_load as loading
 
     monkeypatch.setitem(loading.PACKAGED_MODELS, "smollm2-135m-draft", tmp_path / "gone")
     with pytest.raises(ModelLoadError, match="packaged model 'smollm2-135m-draft' is missing.*reinstall"):

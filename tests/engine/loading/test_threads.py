@@ -1,6 +1,6 @@
 import pytest
 import torch
-from memosight.engine import threads as threads_module
+from memosight.engine.loading import threads as threads_module
 from memosight.engine.loading.threads import PrefillThreads, ThreadChooser
 
 

@@ -1,6 +1,7 @@
 import pytest
 import torch
-from memosight.engine import kv, lean
+from memosight.engine.decoding import kv
+from memosight.engine.runtime import lean
 from memosight.engine.decoding.verify import Candidate, build_tree, tree_attention_mask
 from transformers import AutoModelForCausalLM
 
@@ -53,7 +54,7 @@ def test_fused_projections_are_views_and_transformers_still_agrees(tiny_models):
 
 
 def test_int8_projections_fuse_into_views_and_the_lean_forward_still_matches(tiny_models):
-    from memosight.engine.int8 import quantize_int8
+    from memosight.engine.loading.int8 import quantize_int8
 
     model = quantize_int8(AutoModelForCausalLM.from_pretrained(tiny_models["qwen2"]).eval())
     ids = [(7 * i + 3) % (model.config.vocab_size - 10) + 5 for i in range(50)]
@@ -79,7 +80,7 @@ def _one_by_one_and_together(model, ids: list[int], split: int) -> tuple[torch.T
 def test_an_int8_tokens_hidden_state_is_the_same_alone_or_verified_with_others(tiny_models, monkeypatch):
     """What makes speculative decoding of an int8 model equal its greedy decoding: a token's result
     must not depend on how many tokens share its forward pass."""
-    from memosight.engine.int8 import quantize_int8
+    from memosight.engine.loading.int8 import quantize_int8
 
     model = quantize_int8(AutoModelForCausalLM.from_pretrained(tiny_models["llama"]).eval())
     ids = [(11 * i + 5) % (model.config.vocab_size - 10) + 5 for i in range(120)]
@@ -101,7 +102,7 @@ def test_unsupported_architectures_keep_the_transformers_forward(tiny_models):
 
 
 def test_a_float32_projection_of_several_rows_is_the_same_arithmetic_through_packed_weights():
-    from memosight.engine import lean
+    from memosight.engine.runtime import lean
 
     if not lean.PACK_FLOAT32:
         pytest.skip("oneDNN is not available in this torch build")

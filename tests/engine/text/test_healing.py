@@ -11,7 +11,7 @@ from memosight.engine import CompletionRequest, EngineSettings, StopRule, load_e
 from memosight.engine.text.healing import TokenBytes, back_up, last_word_chars
 from transformers import AutoTokenizer
 
-EMBEDDED = Path(__file__).parents[2] / "engine" / "models" / "default"
+EMBEDDED = Path(__file__).parents[3] / "engine" / "models" / "default"
 
 CURSORS = {
     "after indentation": "class A:\n    def f(self):\n        ",

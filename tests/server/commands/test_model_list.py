@@ -8,7 +8,7 @@ import hashlib
 import json
 
 import pytest
-from memosight.engine import catalog
+from memosight.engine.loading import catalog
 from memosight.engine.loading.catalog import CatalogModel
 from memosight.server.commands import model_list
 
