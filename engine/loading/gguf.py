@@ -163,3 +163,46 @@ def _tied_names(model) -> set[str]:
     """Parameters that are another's, by the model's tying (an output layer tied to the embedding)."""
     tied = getattr(model, "_tied_weights_keys", None) or {}
     return set(tied) if model.config.tie_word_embeddings else set()
+
+
+_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value types
+_STRING, _ARRAY = 8, 9
+
+
+def tensor_elements(path: Path) -> int:
+    """How many weights a GGUF file holds, read from its header alone. gguf's GGUFReader builds every
+    metadata field first: 16 s for Qwen2.5-Coder's 151,936 vocabulary strings, this takes ~0.1 s."""
+    import struct
+
+    with path.open("rb") as f:
+        data = f.read(8 + 16)
+        if data[:4] != b"GGUF":
+            raise ValueError(f"{path} is not a GGUF file")
+        tensors, fields = struct.unpack("<QQ", data[8:24])
+
+        def skip_value(kind: int, count: int = 1) -> None:
+            if kind in _SCALAR_BYTES:
+                f.seek(_SCALAR_BYTES[kind] * count, 1)
+            elif kind == _STRING:
+                for _ in range(count):
+                    f.seek(struct.unpack("<Q", f.read(8))[0], 1)
+            elif kind == _ARRAY:
+                for _ in range(count):
+                    inner, n = struct.unpack("<IQ", f.read(12))
+                    skip_value(inner, n)
+            else:
+                raise ValueError(f"{path}: unknown GGUF value type {kind}")
+
+        for _ in range(fields):
+            f.seek(struct.unpack("<Q", f.read(8))[0], 1)  # the key
+            skip_value(struct.unpack("<I", f.read(4))[0])
+        total = 0
+        for _ in range(tensors):
+            f.seek(struct.unpack("<Q", f.read(8))[0], 1)  # the name
+            dims = struct.unpack("<I", f.read(4))[0]
+            elements = 1
+            for size in struct.unpack(f"<{dims}Q", f.read(8 * dims)):
+                elements *= size
+            total += elements
+            f.seek(4 + 8, 1)  # the type and the offset
+        return total

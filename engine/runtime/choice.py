@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,11 +135,11 @@ def _keystroke_ms(engine) -> float:
 def _torch_fits(path: Path) -> bool:
     """Whether torch's float32 copy of a GGUF file fits the bound llama.cpp's load meets (file + 300 MB;
     the KV cache is left out on both sides)."""
-    from gguf import GGUFReader
+    from ..loading.gguf import tensor_elements
 
     try:
-        elements = sum(int(t.n_elements) for t in GGUFReader(str(path)).tensors)
-    except (ValueError, OSError):  # not a GGUF file after all: llama.cpp's load says so, clearly
+        elements = tensor_elements(path)
+    except (ValueError, OSError, struct.error):  # not a GGUF file after all: llama.cpp's load says so, clearly
         return False
     return elements * 4 <= path.stat().st_size + HEADROOM_BYTES
 

@@ -96,3 +96,13 @@ def test_draft_files_of_a_gguf_model_go_beside_its_dequantized_copy(tiny_gguf, c
                  "--val-fraction", "0"]) == 0
     assert (folder / "draft_ngrams.npz").is_file()
     assert load_engine(str(tiny_gguf), device="cpu", runtime="torch").speculator.drafter("table") is not None
+
+
+def test_a_files_weights_are_counted_from_its_header_as_gguf_counts_them(tiny_gguf, embedded_gguf, tmp_path):
+    from gguf import GGUFReader
+
+    for path in (tiny_gguf, embedded_gguf):
+        assert gguf.tensor_elements(path) == sum(int(t.n_elements) for t in GGUFReader(str(path)).tensors)
+    (tmp_path / "not.gguf").write_bytes(b"PK\x03\x04 a zip file")
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        gguf.tensor_elements(tmp_path / "not.gguf")
