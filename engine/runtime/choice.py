@@ -158,10 +158,10 @@ def measured_read() -> dict:
 
 def _choice_key(spec: EngineSpec) -> str:
     from ..loading.hardware import cpu_model_and_flags
-    from .llamacpp import import_llama_cpp
+    from .llamacpp import build_flags, import_llama_cpp
 
     L = import_llama_cpp()
-    return "|".join([CHOICE_METHOD, cpu_model_and_flags(), L.__version__, _model_stamp(spec.model),
+    return "|".join([CHOICE_METHOD, cpu_model_and_flags(), L.__version__, build_flags(L), _model_stamp(spec.model),
                      str(cpu_threads())])
 
 

@@ -69,6 +69,13 @@ def import_llama_cpp():
     return llama_cpp
 
 
+def build_flags(L) -> str:
+    """What this llama.cpp was built with (its CPU features, LLAMAFILE or not): part of what the
+    kernel classes and the runtimes' speeds depend on."""
+    info = L.llama_print_system_info()
+    return " ".join((info.decode() if isinstance(info, bytes) else str(info)).split())
+
+
 _LOG_CALLBACK = None  # the ctypes callback must outlive every call llama.cpp makes to it
 GGML_LOG_LEVELS = {3: logging.WARNING, 4: logging.ERROR}  # ggml's enum: 1 debug, 2 info, 3 warn, 4 error, 5 cont
 
@@ -431,10 +438,7 @@ class LlamaCppRuntime:
         return exact
 
     def build_flags(self) -> str:
-        """What this llama.cpp was built with (its CPU features, LLAMAFILE or not): part of what the
-        kernel classes depend on."""
-        info = self.L.llama_print_system_info()
-        return " ".join((info.decode() if isinstance(info, bytes) else str(info)).split())
+        return build_flags(self.L)
 
     def kernel_figures(self) -> dict:
         return {"min_rows": self.min_rows, "exact_rows": self.exact_rows, "max_branches": self.max_branches,
