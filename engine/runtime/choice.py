@@ -256,8 +256,10 @@ def load_llamacpp_engine(spec: EngineSpec, choice: RuntimeChoice):
 
 
 def _kernel_classes(runtime, probe: list[int]) -> None:
-    """The runtime's exact kernel classes: measured once per CPU, llama.cpp build, file and thread
-    count (~2 s for Qwen2.5-Coder-0.5B on 2 cores), then read from the cache folder."""
+    """The runtime's exact kernel classes and what a pass of each size costs: measured once per CPU,
+    llama.cpp build, file and thread count (~4 s for Qwen2.5-Coder-0.5B on 2 cores), then read from
+    the cache folder."""
+    from ..decoding.sizing import ROW_SIZES
     from ..loading import measured
     from ..loading.files import cache_root
     from ..loading.hardware import cpu_model_and_flags
@@ -270,9 +272,12 @@ def _kernel_classes(runtime, probe: list[int]) -> None:
                     str(int(stat.st_mtime)), str(runtime.threads)])
     path = cache_root() / "llamacpp-kernels.json"
     known = measured.read(path).get(key)
-    if isinstance(known, dict) and runtime.restore_kernel_classes(known):
+    if isinstance(known, dict) and runtime.restore_kernel_classes(known) and runtime.known_pass_ms:
         return
-    runtime.measure_kernel_classes(probe)
+    if not runtime.kernel_classes:
+        runtime.measure_kernel_classes(probe)
+    # what a verification pass costs on this machine, for the tree sizer (~2 s for Qwen2.5-Coder-0.5B)
+    runtime.measure_pass_costs(probe, ROW_SIZES)
     measured.remember(path, key, runtime.kernel_figures())
 
 

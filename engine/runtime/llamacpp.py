@@ -156,6 +156,7 @@ class LlamaCppRuntime:
         self.max_branches = 1  # chains only: see measure_kernel_classes
         self.kernel_classes: list[list[int]] = []
         self.class_differences: dict[str, float] = {}
+        self.known_pass_ms: dict[int, float] = {}  # measure_pass_costs(): a pass's ms by rows, kept per machine
         self._ready: tuple[list[int], np.ndarray, np.ndarray] | None = None  # a warm-up's whole prompt
         self._last_row = 0  # the last decode's last real row (padding rows come after it)
         self._rendered: tuple[tuple, object] | None = None
@@ -333,6 +334,22 @@ class LlamaCppRuntime:
     # --- what this machine charges -------------------------------------------------------------
 
     def pass_ms(self, rows: int) -> float:
+        """What a verification pass of `rows` nodes costs here: the figure measured at load (kept in
+        the cache folder with the kernel classes), else timed now. The sizer's running figures then
+        follow the real passes."""
+        known = self.known_pass_ms.get(rows)
+        return known if known is not None else self._timed_pass(rows)
+
+    def measure_pass_costs(self, ids: list[int], sizes, repeats: int = 2) -> dict[int, float]:
+        """The best of `repeats` passes of each size after `ids` (a first pass warms the kernels)."""
+        self._crop(0)
+        self._run(ids, 0)
+        self._timed_pass(1)
+        self.known_pass_ms = {rows: round(min(self._timed_pass(rows) for _ in range(repeats)), 3) for rows in sizes}
+        self._crop(0)
+        return self.known_pass_ms
+
+    def _timed_pass(self, rows: int) -> float:
         """A decode of `rows` nodes (a chain of the last token) with logits for each, timed; then
         undone."""
         past = len(self.tokens)
@@ -404,7 +421,7 @@ class LlamaCppRuntime:
     def _best_pass_ms(self, rows: int, min_rows: int, repeats: int = 3) -> float:
         saved, self.min_rows = self.min_rows, min_rows
         try:
-            return min(self.pass_ms(rows) for _ in range(repeats))
+            return min(self._timed_pass(rows) for _ in range(repeats))
         finally:
             self.min_rows = saved
 
@@ -444,7 +461,8 @@ class LlamaCppRuntime:
         return {"min_rows": self.min_rows, "exact_rows": self.exact_rows, "max_branches": self.max_branches,
                 "lossless": self.lossless, "padding_cost": self.padding_cost,
                 "kernel_classes": self.kernel_classes, "class_differences": self.class_differences,
-                "branches_difference": getattr(self, "branches_difference", None)}
+                "branches_difference": getattr(self, "branches_difference", None),
+                "pass_ms": {str(rows): ms for rows, ms in self.known_pass_ms.items()}}
 
     def restore_kernel_classes(self, figures: dict) -> bool:
         """What measure_kernel_classes found here before (the cache folder's); False if unusable."""
@@ -459,6 +477,10 @@ class LlamaCppRuntime:
         self.kernel_classes = figures.get("kernel_classes") or []
         self.class_differences = figures.get("class_differences") or {}
         self.branches_difference = figures.get("branches_difference")
+        try:
+            self.known_pass_ms = {int(rows): float(ms) for rows, ms in (figures.get("pass_ms") or {}).items()}
+        except (AttributeError, TypeError, ValueError):
+            self.known_pass_ms = {}
         self.kernels_cached = True
         return True
 
@@ -495,7 +517,8 @@ class LlamaCppRuntime:
                 "kernel_classes_cached": getattr(self, "kernels_cached", False), "lossless": self.lossless,
                 "padding_cost": self.padding_cost,
                 "max_branches": self.max_branches, "branches_difference": getattr(self, "branches_difference", None),
-                "class_differences": self.class_differences}
+                "class_differences": self.class_differences, "pass_ms_at_load": {
+                    str(rows): ms for rows, ms in self.known_pass_ms.items()}}
 
     def close(self) -> None:
         if self.closed:

@@ -162,6 +162,21 @@ def test_the_kernel_classes_are_measured_once_per_cpu_and_file(embedded_gguf, tm
     assert (again["min_rows"], again["exact_rows"], again["max_branches"]) == \
         (first["min_rows"], first["exact_rows"], first["max_branches"])
     assert (tmp_path / "llamacpp-kernels.json").is_file()
+    # what a pass costs by its rows, for the tree sizer: measured with the classes, read back with them
+    from memosight.engine.decoding.sizing import ROW_SIZES
+
+    assert sorted(int(rows) for rows in first["pass_ms_at_load"]) == list(ROW_SIZES)
+    assert all(ms > 0 for ms in first["pass_ms_at_load"].values())
+    assert again["pass_ms_at_load"] == first["pass_ms_at_load"]
+
+
+def test_a_pass_cost_measured_at_load_is_read_not_timed_again(runtime, monkeypatch):
+    runtime.known_pass_ms = {1: 7.0, 2: 9.5}
+    monkeypatch.setattr(runtime, "_timed_pass", lambda rows: pytest.fail(f"timed a pass of {rows} rows again"))
+    assert (runtime.pass_ms(1), runtime.pass_ms(2)) == (7.0, 9.5)
+    monkeypatch.undo()
+    assert runtime.pass_ms(3) > 0  # a size not measured at load is timed
+    runtime.known_pass_ms = {}
 
 
 def test_a_padded_one_token_prefill_answers_with_its_own_row_not_the_padding(runtime):
