@@ -37,9 +37,9 @@ def build_flags() -> str:
         import llama_cpp
     except ImportError:
         return "not installed"
-    info = llama_cpp.llama_print_system_info()
-    info = info.decode() if isinstance(info, bytes) else str(info)
-    return f"llama-cpp-python {llama_cpp.__version__}: " + " ".join(info.split())
+    from ..runtime.llamacpp import build_flags as system_info
+
+    return f"llama-cpp-python {llama_cpp.__version__}: " + system_info(llama_cpp)
 
 
 class LlamaCppDecoder:

@@ -76,7 +76,9 @@ def choose(spec: EngineSpec) -> RuntimeChoice:
         return RuntimeChoice("llamacpp", "a quantized GGUF file on a CPU: llama.cpp runs the file as it is (the "
                                          "torch runtime's float32 copy would not fit the file + KV cache + 300 MB)",
                              asked)
-    known = measured_read().get(_choice_key(spec))
+    from ..loading import measured
+
+    known = measured.read(_choice_path()).get(_choice_key(spec))
     if isinstance(known, dict) and known.get("runtime") in ("torch", "llamacpp"):
         return RuntimeChoice(known["runtime"], f"{_compared(known)} on this CPU (measured before)", asked)
     return RuntimeChoice(MEASURE, "both runtimes fit: measure them", asked)
@@ -85,6 +87,7 @@ def choose(spec: EngineSpec) -> RuntimeChoice:
 def measure_and_load(spec: EngineSpec, load_torch, load_llamacpp):
     """Loads the model on both runtimes, times one keystroke's completion on each (the best of 3, its
     prompt cached: what a keystroke costs while typing), keeps the faster engine and remembers which."""
+    asked = spec.runtime or "auto"
     figures = {}
     engines = {}
     for runtime, load in (("torch", load_torch), ("llamacpp", load_llamacpp)):
@@ -95,8 +98,7 @@ def measure_and_load(spec: EngineSpec, load_torch, load_llamacpp):
                 raise
             log.warning("runtime auto: llama.cpp could not load the model (%s); torch runs it", exc)
             engine = engines["torch"]
-            engine.runtime_choice = RuntimeChoice("torch", f"llama.cpp could not load it: {exc}",
-                                                  spec.runtime or "auto").to_json()
+            engine.runtime_choice = RuntimeChoice("torch", f"llama.cpp could not load it: {exc}", asked).to_json()
             return engine
         figures[f"{runtime}_ms"] = round(_keystroke_ms(engines[runtime]), 2)
     winner = "llamacpp" if figures["llamacpp_ms"] < figures["torch_ms"] else "torch"
@@ -106,8 +108,7 @@ def measure_and_load(spec: EngineSpec, load_torch, load_llamacpp):
 
     measured.remember(_choice_path(), _choice_key(spec), known)
     engine = engines[winner]
-    engine.runtime_choice = RuntimeChoice(winner, f"{_compared(known)} on this CPU (measured now)",
-                                          spec.runtime or "auto").to_json()
+    engine.runtime_choice = RuntimeChoice(winner, f"{_compared(known)} on this CPU (measured now)", asked).to_json()
     log.info("runtime auto: %s", engine.runtime_choice["why"])
     return engine
 
@@ -150,19 +151,19 @@ def _choice_path() -> Path:
     return cache_root() / "runtime-choice.json"
 
 
-def measured_read() -> dict:
-    from ..loading import measured
-
-    return measured.read(_choice_path())
-
-
 def _choice_key(spec: EngineSpec) -> str:
-    from ..loading.hardware import cpu_model_and_flags
-    from .llamacpp import build_flags, import_llama_cpp
+    from .llamacpp import import_llama_cpp
 
-    L = import_llama_cpp()
-    return "|".join([CHOICE_METHOD, cpu_model_and_flags(), L.__version__, build_flags(L), _model_stamp(spec.model),
-                     str(cpu_threads())])
+    return _machine_key(CHOICE_METHOD, import_llama_cpp(), _model_stamp(spec.model), cpu_threads())
+
+
+def _machine_key(method: str, L, stamp: str, threads: int) -> str:
+    """Names a figure measured here: how it was measured, the CPU, the llama.cpp build, the model's
+    files and the thread count; a change to any of them measures it again."""
+    from ..loading.hardware import cpu_model_and_flags
+    from .llamacpp import build_flags
+
+    return "|".join([method, cpu_model_and_flags(), L.__version__, build_flags(L), stamp, str(threads)])
 
 
 def _folder(model: str | None) -> Path:
@@ -184,8 +185,11 @@ def _model_stamp(model: str | None) -> str:
     from ..loading.gguf import gguf_file
 
     path = gguf_file(model) if model else None
-    if path is None:
-        path = _folder(model)
+    return _files_stamp(path if path is not None else _folder(model))
+
+
+def _files_stamp(path: Path) -> str:
+    """A file, or a folder's files, by name, size and modification time."""
     files = [path] if path.is_file() else sorted(f for f in path.glob("*") if f.is_file())
     return str(path.resolve()) + "|" + ",".join(f"{f.name}:{f.stat().st_size}:{int(f.stat().st_mtime)}"
                                                 for f in files)
@@ -262,14 +266,10 @@ def _kernel_classes(runtime, probe: list[int]) -> None:
     from ..decoding.sizing import ROW_SIZES
     from ..loading import measured
     from ..loading.files import cache_root
-    from ..loading.hardware import cpu_model_and_flags
 
     if len(probe) < 8:
         return
-    stat = runtime.path.stat()
-    key = "|".join([KERNELS_METHOD, cpu_model_and_flags(), runtime.L.__version__, runtime.build_flags(),
-                    str(runtime.path.resolve()), str(stat.st_size),
-                    str(int(stat.st_mtime)), str(runtime.threads)])
+    key = _machine_key(KERNELS_METHOD, runtime.L, _files_stamp(runtime.path), runtime.threads)
     path = cache_root() / "llamacpp-kernels.json"
     known = measured.read(path).get(key)
     if isinstance(known, dict) and runtime.restore_kernel_classes(known) and runtime.known_pass_ms:
@@ -295,9 +295,8 @@ def exported_gguf(model: str | None) -> Path:
     from ..loading.files import cache_root
 
     source = _folder(model)
-    stamp = "|".join(f"{f.name}:{f.stat().st_size}:{int(f.stat().st_mtime)}" for f in sorted(Path(source).glob("*")))
-    digest = hashlib.sha256(f"{Path(source).resolve()}|{stamp}".encode()).hexdigest()[:16]
-    out = cache_root() / "gguf-exports" / f"{Path(source).name}-{digest}.gguf"
+    digest = hashlib.sha256(_files_stamp(source).encode()).hexdigest()[:16]
+    out = cache_root() / "gguf-exports" / f"{source.name}-{digest}.gguf"
     if not out.is_file():
         from ..loading.export_gguf import export_gguf
         from ..loading.torch_load import load_engine

@@ -454,9 +454,6 @@ class LlamaCppRuntime:
         self.branches_difference = float(np.abs(got.logits(0) - want[0]).max())
         return exact
 
-    def build_flags(self) -> str:
-        return build_flags(self.L)
-
     def kernel_figures(self) -> dict:
         return {"min_rows": self.min_rows, "exact_rows": self.exact_rows, "max_branches": self.max_branches,
                 "lossless": self.lossless, "padding_cost": self.padding_cost,
