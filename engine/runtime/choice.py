@@ -266,19 +266,20 @@ def _kernel_classes(runtime, probe: list[int]) -> None:
     from ..decoding.sizing import ROW_SIZES
     from ..loading import measured
     from ..loading.files import cache_root
+    from . import llamacpp_kernels as kernels
 
     if len(probe) < 8:
         return
     key = _machine_key(KERNELS_METHOD, runtime.L, _files_stamp(runtime.path), runtime.threads)
     path = cache_root() / "llamacpp-kernels.json"
     known = measured.read(path).get(key)
-    if isinstance(known, dict) and runtime.restore_kernel_classes(known) and runtime.known_pass_ms:
+    if isinstance(known, dict) and kernels.restore(runtime, known) and runtime.known_pass_ms:
         return
     if not runtime.kernel_classes:
-        runtime.measure_kernel_classes(probe)
+        kernels.measure_kernel_classes(runtime, probe)
     # what a verification pass costs on this machine, for the tree sizer (~2 s for Qwen2.5-Coder-0.5B)
-    runtime.measure_pass_costs(probe, ROW_SIZES)
-    measured.remember(path, key, runtime.kernel_figures())
+    kernels.measure_pass_costs(runtime, probe, ROW_SIZES)
+    measured.remember(path, key, kernels.figures(runtime))
 
 
 # Text of the standard library's kind (no model here was tuned on it) for the exactness probe.

@@ -17,7 +17,7 @@ by row against each other): Qwen2.5-Coder-0.5B Q4_K_M gives the same logits, bit
 rows and again among 8 rows and more, 0.27-0.34 apart between the two; the embedded model exported
 in float32 gives one result for 1 row and another for every batch of 2 to 16 (6.6e-5 apart); with
 the repacked "extra buffer" weights on, Qwen's rows differed already at 4 (0.31). So: extra buffers
-off, and at load (`measure_kernel_classes`, past 256 cached tokens, where kernels change) the sizes
+off, and at load (llamacpp_kernels.py, past 256 cached tokens, where kernels change) the sizes
 that agree with each other are found. Plain decoding (`append`) and every verification pass then
 run in one class: one row and trees of up to the class's largest size where one row shares its
 kernels with small batches; else every decode padded to two rows at least (a second row in a
@@ -49,9 +49,6 @@ log = logging.getLogger(__name__)
 BATCH = 512  # tokens a decode takes at most (a prefill goes in chunks of this)
 MAX_BRANCHES = 16  # sequences a tree may use besides sequence 0
 PAD_SEQ = MAX_BRANCHES + 1  # the scratch sequence of a padding row
-PROBE_ROWS = 16  # batch sizes tried at load: 1..this
-PADDING_PAYS = 1.25  # a step padded to the batched kernels' class may cost this much more than one row
-PADDING_MS = 3.0  # ... or this many milliseconds more (a small model: noise on a busy machine)
 
 
 class LlamaCppUnavailable(RuntimeError):
@@ -126,7 +123,7 @@ class LlamaCppRuntime:
         ctx_params.n_threads = ctx_params.n_threads_batch = threads
         # Flash attention's one-token and batched kernels sum differently once the cache passes a few
         # hundred cells (Qwen2.5-Coder-0.5B at 259 cached tokens: 0.25 in a logit between a 2-row chain
-        # and a 1-row step, which measure_kernel_classes at 64 tokens did not see); without it, 0.
+        # and a 1-row step, which the kernel probe at 64 tokens did not see); without it, 0.
         ctx_params.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
         self.ctx = L.llama_init_from_model(self.model, ctx_params)
         if not self.ctx:
@@ -148,15 +145,15 @@ class LlamaCppRuntime:
         self.last_lookup_ms = 0.0
         self.last_prefill_ms = 0.0
         self.prefill_threads = None
-        # measured by measure_kernel_classes(): the widest exact tree, and the fewest rows a decode runs
+        # measured at load (llamacpp_kernels.py): the widest exact tree, and the fewest rows a decode runs
         self.exact_rows = 1
         self.min_rows = 1
         self.lossless = True  # whether plain steps and verification passes share a kernel class
         self.padding_cost: float | None = None
-        self.max_branches = 1  # chains only: see measure_kernel_classes
+        self.max_branches = 1  # chains only: see llamacpp_kernels.measure_kernel_classes
         self.kernel_classes: list[list[int]] = []
         self.class_differences: dict[str, float] = {}
-        self.known_pass_ms: dict[int, float] = {}  # measure_pass_costs(): a pass's ms by rows, kept per machine
+        self.known_pass_ms: dict[int, float] = {}  # llamacpp_kernels.measure_pass_costs(): ms by rows, kept per machine
         self._ready: tuple[list[int], np.ndarray, np.ndarray] | None = None  # a warm-up's whole prompt
         self._last_row = 0  # the last decode's last real row (padding rows come after it)
         self._rendered: tuple[tuple, object] | None = None
@@ -340,15 +337,6 @@ class LlamaCppRuntime:
         known = self.known_pass_ms.get(rows)
         return known if known is not None else self._timed_pass(rows)
 
-    def measure_pass_costs(self, ids: list[int], sizes, repeats: int = 2) -> dict[int, float]:
-        """The best of `repeats` passes of each size after `ids` (a first pass warms the kernels)."""
-        self._crop(0)
-        self._run(ids, 0)
-        self._timed_pass(1)
-        self.known_pass_ms = {rows: round(min(self._timed_pass(rows) for _ in range(repeats)), 3) for rows in sizes}
-        self._crop(0)
-        return self.known_pass_ms
-
     def _timed_pass(self, rows: int) -> float:
         """A decode of `rows` nodes (a chain of the last token) with logits for each, timed; then
         undone."""
@@ -364,122 +352,6 @@ class LlamaCppRuntime:
 
     def output_batch_rows(self) -> int:
         return 1 << 30  # logits come with the pass: no output layer to run afterwards
-
-    def measure_kernel_classes(self, ids: list[int]) -> tuple[int, int]:
-        """Which batch sizes (1..PROBE_ROWS) give the same logits, bit for bit, after `ids`: the
-        first rows of a chain decoded at each size, compared. Sets (min_rows, exact_rows): the
-        fewest rows every decode runs and the widest tree, both in one class."""
-        self._crop(0)
-        self._run(ids, 0)
-        past = len(self.tokens)
-        probe = [ids[(k * 7) % len(ids)] for k in range(PROBE_ROWS)]  # tokens of the text itself
-        rows_of: dict[int, list[np.ndarray]] = {}
-        for size in range(1, PROBE_ROWS + 1):
-            self._decode([(token, past + k, (0,), True) for k, token in enumerate(probe[:size])])
-            rows_of[size] = [self._logits(k) for k in range(min(size, 2))]
-            self.L.llama_memory_seq_rm(self.memory, 0, past, -1)
-        self._crop(0)
-
-        def same(a: int, b: int) -> bool:  # the rows both sizes have, equal
-            return all(np.array_equal(x, y) for x, y in zip(rows_of[a], rows_of[b]))
-
-        classes: list[list[int]] = []
-        for size in range(1, PROBE_ROWS + 1):
-            if classes and same(classes[-1][0], size) and same(classes[-1][-1], size):
-                classes[-1].append(size)
-            else:
-                classes.append([size])
-        self.kernel_classes = classes
-        for earlier, later in zip(classes, classes[1:]):
-            a, b = earlier[-1], later[0]
-            self.class_differences[f"{a}-{b}"] = float(np.abs(rows_of[a][0] - rows_of[b][0]).max())
-        first = classes[0]
-        self.lossless = True
-        if len(first) > 1 or len(classes) == 1:  # one row shares its kernels with small batches
-            self.min_rows, self.exact_rows = 1, first[-1]
-        else:  # one row is a class of its own: every decode runs batched, where that is cheap
-            self.min_rows, self.exact_rows = classes[1][0], classes[1][-1]
-            self._crop(0)
-            self._run(ids, 0)
-            one, padded = self._best_pass_ms(1, 1), self._best_pass_ms(1, self.min_rows)
-            one, padded = min(one, self._best_pass_ms(1, 1)), min(padded, self._best_pass_ms(1, self.min_rows))
-            self.padding_cost = round(padded / one, 3)
-            if padded > PADDING_PAYS * one and padded - one > PADDING_MS:
-                # A padded step would cost what a second token does (Qwen2.5-Coder-0.5B on 2 AVX2
-                # cores: 54 against 31 ms): plain decoding keeps one row, and a verification pass's
-                # logits may differ from a plain step's where they are near a tie (status: lossless)
-                self.min_rows, self.lossless = 1, False
-            self._crop(0)
-        # Branches stay off: the probe below found a two-branch tree exact on both models here, yet
-        # with branches `bench speculative` on Qwen2.5-Coder-0.5B left plain decoding's tokens on 1 of
-        # 8 prompts (chains alone: 8 of 8). Its figure is kept for status; `verify` takes a tree with
-        # branches when max_branches allows (the tests do).
-        self._branches_exact(ids, probe)
-        self.max_branches = 1
-        return self.min_rows, self.exact_rows
-
-    def _best_pass_ms(self, rows: int, min_rows: int, repeats: int = 3) -> float:
-        saved, self.min_rows = self.min_rows, min_rows
-        try:
-            return min(self._timed_pass(rows) for _ in range(repeats))
-        finally:
-            self.min_rows = saved
-
-    def _branches_exact(self, ids: list[int], probe: list[int]) -> bool:
-        """Whether a tree with two branches (each its own sequence) gives its nodes the logits a
-        chain gives them, after a decoding step (as in decoding: right after a prefill they agreed
-        on Qwen2.5-Coder-0.5B Q4_K_M, one plain step later they were 0.29 apart at the root)."""
-        if self.exact_rows < 3:
-            return False
-        self._crop(0)
-        self._run(ids, 0)
-        self.append(probe[-1])
-        chain = DraftTree()
-        chain.add(probe[0], -1, "probe")
-        chain.add(probe[1], 0, "probe")
-        expected = self.verify(chain)
-        want = [expected.logits(0), expected.logits(1)]
-        self.L.llama_memory_seq_rm(self.memory, 0, len(self.tokens), -1)
-        tree = DraftTree()
-        tree.add(probe[0], -1, "probe")
-        tree.add(probe[1], 0, "probe")
-        tree.add(probe[2], 0, "probe")
-        self.max_branches = 2
-        got = self.verify(tree)
-        self.max_branches = 1
-        exact = np.array_equal(got.logits(0), want[0]) and np.array_equal(got.logits(1), want[1])
-        for b in got.branches.values():
-            self.L.llama_memory_seq_rm(self.memory, b, -1, -1)
-        self._crop(0)
-        self.branches_difference = float(np.abs(got.logits(0) - want[0]).max())
-        return exact
-
-    def kernel_figures(self) -> dict:
-        return {"min_rows": self.min_rows, "exact_rows": self.exact_rows, "max_branches": self.max_branches,
-                "lossless": self.lossless, "padding_cost": self.padding_cost,
-                "kernel_classes": self.kernel_classes, "class_differences": self.class_differences,
-                "branches_difference": getattr(self, "branches_difference", None),
-                "pass_ms": {str(rows): ms for rows, ms in self.known_pass_ms.items()}}
-
-    def restore_kernel_classes(self, figures: dict) -> bool:
-        """What measure_kernel_classes found here before (the cache folder's); False if unusable."""
-        try:
-            min_rows, exact_rows, branches = int(figures["min_rows"]), int(figures["exact_rows"]), int(figures["max_branches"])
-        except (KeyError, TypeError, ValueError):
-            return False
-        if not 1 <= min_rows <= exact_rows <= PROBE_ROWS or branches not in (1, MAX_BRANCHES):
-            return False
-        self.min_rows, self.exact_rows, self.max_branches = min_rows, exact_rows, branches
-        self.lossless, self.padding_cost = bool(figures.get("lossless", True)), figures.get("padding_cost")
-        self.kernel_classes = figures.get("kernel_classes") or []
-        self.class_differences = figures.get("class_differences") or {}
-        self.branches_difference = figures.get("branches_difference")
-        try:
-            self.known_pass_ms = {int(rows): float(ms) for rows, ms in (figures.get("pass_ms") or {}).items()}
-        except (AttributeError, TypeError, ValueError):
-            self.known_pass_ms = {}
-        self.kernels_cached = True
-        return True
 
     # --- what the engine asks a prompt cache -----------------------------------------------------
 

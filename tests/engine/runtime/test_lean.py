@@ -1,8 +1,8 @@
 import pytest
 import torch
 from memosight.engine.decoding import kv
-from memosight.engine.runtime import lean
 from memosight.engine.decoding.verify import Candidate, build_tree, tree_attention_mask
+from memosight.engine.runtime import lean
 from transformers import AutoModelForCausalLM
 
 

@@ -26,17 +26,17 @@ def count(items):
 
 @pytest.fixture(scope="module")
 def runtime(embedded_gguf):
-    from memosight.engine.runtime import llamacpp
+    from memosight.engine.runtime import llamacpp_kernels as kernels
     from memosight.engine.runtime.gguf_tokenizer import GgufTokenizer
     from memosight.engine.runtime.llamacpp import LlamaCppRuntime
 
-    llamacpp.PADDING_PAYS = 100.0  # padding chosen whatever a busy machine's timings say (restored below)
+    kernels.PADDING_PAYS = 100.0  # padding chosen whatever a busy machine's timings say (restored below)
     rt = LlamaCppRuntime(embedded_gguf, threads=1, n_ctx=1024)
     rt.tokenizer = GgufTokenizer(rt.L, rt.vocab)
-    rt.measure_kernel_classes(rt.tokenizer.encode(TEXT * 6)[:320])  # past 256 cells, as at load
+    kernels.measure_kernel_classes(rt, rt.tokenizer.encode(TEXT * 6)[:320])  # past 256 cells, as at load
     yield rt
     rt.close()
-    llamacpp.PADDING_PAYS = 1.25
+    kernels.PADDING_PAYS = 1.25
 
 
 def chain_logits(runtime, ids: list[int], tokens: list[int]) -> list[np.ndarray]:
@@ -106,10 +106,10 @@ def test_a_rejected_chain_is_rolled_back(runtime):
 
 def test_speculative_decoding_on_llamacpp_equals_its_plain_greedy_decoding(embedded_gguf, tmp_path, monkeypatch):
     from memosight.engine import load_engine
-    from memosight.engine.runtime import llamacpp
+    from memosight.engine.runtime import llamacpp_kernels
 
     monkeypatch.setenv("MEMOSIGHT_CACHE", str(tmp_path))  # measured here, not read from another run
-    monkeypatch.setattr(llamacpp, "PADDING_PAYS", 100.0)  # lossless whatever a busy machine's timings say
+    monkeypatch.setattr(llamacpp_kernels, "PADDING_PAYS", 100.0)  # lossless whatever a busy machine's timings say
     engine = load_engine(str(embedded_gguf), runtime="llamacpp")
     assert engine.status()["runtime"] == "llamacpp" and engine.model is None and engine.runtime.lossless
     source = TEXT * 3 + "def mean(items):\n    return total(items) / count("  # repeats: n-grams find drafts
