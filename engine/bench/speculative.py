@@ -133,8 +133,8 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
                 source.warm(ids[:-1])
         return {}
 
-    results = {m: {"seconds": 0.0, "prefill_seconds": 0.0, "tokens": 0, "match": 0, "plain_match": 0}
-               for m in methods}
+    results = {m: {"seconds": 0.0, "prefill_seconds": 0.0, "tokens": 0, "match": 0, "plain_match": 0,
+                   "differences": []} for m in methods}
     # One speculator per method for the whole run, as the engine keeps one across requests: what its
     # controller learns about the sources (which pay, which cost more time than they save) carries
     # over. Each has sources of its own, so that no method's figures or learning leak into another's.
@@ -184,6 +184,8 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
             results[method]["tokens"] += len(out)
             results[method]["match"] += int(out == reference[i])
             results[method]["plain_match"] += int(out == plain)
+            if out != plain and method != "plain":
+                results[method]["differences"].append(first_difference(engine, ids, plain, out, i))
         progress(i + 1, len(cases))
 
     def rate(r, with_prefill=False):
@@ -207,6 +209,7 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
             "exact_match": round(r["match"] / len(cases), 4),
             "plain_match": round(r["plain_match"] / len(cases), 4),
             "sources": s["sources"] if s else None, "head_accuracy": s.get("head_accuracy") if s else None,
+            "differences": r["differences"],
         })
     engine.speculator = speculators.get("spec_all", engine.speculator)
     plain = results.get("plain")
@@ -235,6 +238,23 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
             "prompt_tokens": [min(len(ids) for ids, _ in cases), max(len(ids) for ids, _ in cases)],
             "new_tokens": [min_new, max_new], "methods": rows, "keystroke_reuse": reuse, "floor": step_floor,
             "peak_memory_mb": round(peak_mb, 1)}
+
+
+def first_difference(engine: LocalEngine, ids: list[int], plain: list[int], out: list[int], prompt: int) -> dict:
+    """Where an output first leaves our plain greedy loop's, and by how much the plain step preferred
+    its own token there: its logit minus the other's (a small margin: two kernels' rounding, near a
+    tie; a large one: a bug). Positions past the shorter output: None."""
+    at = next((j for j, (a, b) in enumerate(zip(plain, out)) if a != b), min(len(plain), len(out)))
+    found = {"prompt": prompt, "position": at, "margin": None}
+    if at < min(len(plain), len(out)):
+        with torch.inference_mode():  # plain's own steps again: a prefill's batch rounds differently
+            engine.prompt_cache.clear()
+            _, logits = engine.runtime.prefill_hidden(list(ids))
+            for token in plain[:at]:
+                _, logits = engine.runtime.append(token)
+        logits = logits.float() if isinstance(logits, torch.Tensor) else torch.from_numpy(logits).float()
+        found["margin"] = round(float(logits[plain[at]] - logits[out[at]]), 4)
+    return found
 
 
 def _prompt(engine: LocalEngine, text: str, cut: int, chars: int, max_tokens: int) -> list[int]:
@@ -273,6 +293,11 @@ def render(summary: dict) -> str:
             acc = ", ".join(f"{k} {v['accepted']}/{v['drafted']}" for k, v in row["sources"].items())
             heads = " ".join(f"{a:.2f}" for a in row["head_accuracy"] or [])
             lines.append(f"  {row['method']}: accepted/drafted nodes: {acc}" + (f"; head top-1: {heads}" if heads else ""))
+        if row.get("differences"):
+            where = ", ".join(f"prompt {d['prompt']} at token {d['position']}"
+                              + (f" (margin {d['margin']})" if d["margin"] is not None else "")
+                              for d in row["differences"])
+            lines.append(f"  {row['method']}: left the plain loop's output on {where}")
     lines.append(f"keystroke on a {reuse['prompt_tokens']}-token prompt: prefilled {reuse['prefilled_tokens']} tokens "
                  f"({reuse['reused_tokens']} reused)")
     if (f := summary.get("floor")):

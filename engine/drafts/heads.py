@@ -146,8 +146,35 @@ def heads_folder(model_dir: Path | None) -> Path | None:
     model_dir = Path(model_dir)
     if (model_dir / CONFIG_FILE).is_file():
         return model_dir
-    packaged = PACKAGED_HEADS / model_dir.name
+    packaged = PACKAGED_HEADS / model_dir.name.removesuffix("-shards")  # gguf.dequantized_folder's name
     return packaged if (packaged / CONFIG_FILE).is_file() else None
+
+
+def gguf_heads_folder(path: Path) -> Path | None:
+    """Where the heads of a GGUF file on the llama.cpp runtime are (trained on that runtime's hidden
+    states): those `memosight train heads --runtime llamacpp` wrote into the cache, else the
+    packaged ones, under the file's name and hash (no other file picks them up)."""
+    from ..loading.files import cache_root, file_hash
+
+    name = f"{path.stem}-{file_hash(path)}"
+    for folder in (cache_root() / "heads" / "llamacpp" / name, PACKAGED_HEADS / "llamacpp" / name):
+        if (folder / CONFIG_FILE).is_file():
+            return folder
+    return None
+
+
+class RowEmbedding(nn.Module):
+    """A token's input embedding read from a GGUF file's rows (gguf_rows.py), for heads that see
+    the root token on the llama.cpp runtime."""
+
+    def __init__(self, rows):
+        super().__init__()
+        self.rows = rows
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        flat = tokens.reshape(-1).tolist()
+        out = torch.from_numpy(self.rows.embedding(flat[0]) if len(flat) == 1 else self.rows.embedding_rows(flat))
+        return out.reshape(*tokens.shape, -1)
 
 
 class HeadDrafter(DraftSource):
@@ -157,11 +184,12 @@ class HeadDrafter(DraftSource):
 
     def __init__(self, heads: DraftHeads, lm_head: nn.Module, embed: nn.Module | None = None,
                  top_k: tuple[int, ...] = (4, 3, 2, 2), beams: int = 6, confident: float = 0.8,
-                 min_prob: float = 0.1, standby: bool | None = None):
+                 min_prob: float = 0.1, standby: bool | None = None, dtype: torch.dtype | None = None):
         self.heads = heads
         self.lm_head = lm_head
         self.embed = embed  # the base model's input embedding, for heads that see the root token
-        self.dtype = embed.weight.dtype if embed is not None else lm_head.weight.dtype  # the heads' input dtype
+        # the heads' input dtype
+        self.dtype = dtype or (embed.weight.dtype if embed is not None else lm_head.weight.dtype)
         self.top_k = top_k
         self.beams = beams
         # A drafted node costs a row of the verification pass whether or not it is accepted: guesses
@@ -205,9 +233,35 @@ class HeadDrafter(DraftSource):
         int8_ms, float_ms = (_best_ms(lambda: d.guesses(hidden, 0)) for d in (as_int8, as_float))
         return as_int8 if int8_ms * INT8_MIN_SPEEDUP <= float_ms else as_float
 
+    @classmethod
+    def for_gguf(cls, path: Path, folder: Path) -> HeadDrafter | None:
+        """Heads for a GGUF file on the llama.cpp runtime: their output rows and the root token's
+        embedding read from the file (float32 rows of the tokens they guess, no torch model)."""
+        from ..loading.gguf_rows import GgufRows
+
+        heads = DraftHeads.load(folder)
+        rows = GgufRows(path)
+        if heads is None or heads.config.hidden_size != rows.hidden_size:
+            return None
+        if heads.out is not None:
+            with torch.no_grad():
+                heads.out.weight.copy_(torch.from_numpy(rows.output_rows(heads.vocab_ids.tolist())))
+            lm_head = None
+        else:  # a small vocabulary's whole output layer (the embedded model's 8,192 rows)
+            lm_head = nn.Linear(rows.hidden_size, rows.vocab_size, bias=False)
+            with torch.no_grad():
+                lm_head.weight.copy_(torch.from_numpy(rows.output_rows(range(rows.vocab_size))))
+        embed = RowEmbedding(rows) if heads.token_in is not None else None
+        # cheap heads propose wide: the tree sizer keeps the nodes worth their rows
+        return cls(heads, lm_head, embed, top_k=(6, 4, 3, 3), beams=12, min_prob=0.02, standby=False,
+                   dtype=torch.float32)
+
     @torch.inference_mode()
-    def guesses(self, hidden: torch.Tensor, root: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-k probabilities and token ids per head: (K, k) each, k = max(top_k)."""
+    def guesses(self, hidden, root: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k probabilities and token ids per head: (K, k) each, k = max(top_k). `hidden`: a
+        tensor, or the llama.cpp runtime's numpy array."""
+        if not isinstance(hidden, torch.Tensor):
+            hidden = torch.from_numpy(hidden)
         token = None
         if self.embed is not None:
             token = self.embed(torch.tensor(root, device=hidden.device)).to(self.dtype)

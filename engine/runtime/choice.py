@@ -237,6 +237,7 @@ def load_llamacpp_engine(spec: EngineSpec, choice: RuntimeChoice):
     """The in-process engine on llama.cpp: the runtime, the file's own tokenizer, no transformers."""
     import torch  # the engine's device type; no tensor of the model lives in torch
 
+    from ..drafts.heads import HeadDrafter
     from ..engines.local import LocalEngine
     from ..loading.gguf import gguf_file
     from .gguf_tokenizer import GgufTokenizer
@@ -246,17 +247,28 @@ def load_llamacpp_engine(spec: EngineSpec, choice: RuntimeChoice):
     folder = None  # an exported model's folder: its tokenizer's split, FIM order and n-gram table
     if path is None:
         path, folder = exported_gguf(spec.model), _folder(spec.model)
-    runtime = LlamaCppRuntime(path, cpu_threads(), N_CTX)
+    heads = _heads_folder(path, folder)
+    runtime = LlamaCppRuntime(path, cpu_threads(), N_CTX, hidden=heads is not None)  # heads read hidden states
     splitter = folder / "tokenizer.json" if folder is not None else None  # gguf_tokenizer.py says why
     tokenizer = GgufTokenizer(runtime.L, runtime.vocab, splitter if splitter and splitter.is_file() else None)
     _kernel_classes(runtime, tokenizer.encode(_PROBE_TEXT * 8)[:320])  # past 256 cells, where kernels change
     name = "default" if spec.model is None else spec.model
-    engine = LocalEngine(None, tokenizer, torch.device("cpu"), name, str(folder) if folder else None, runtime=runtime,
-                         runtime_choice=choice.to_json())
+    drafters = [d for d in [HeadDrafter.for_gguf(path, heads) if heads else None] if d is not None]
+    engine = LocalEngine(None, tokenizer, torch.device("cpu"), name, str(folder) if folder else None, drafters,
+                         runtime=runtime, runtime_choice=choice.to_json())
     engine.warm_up()
     log.info("loaded %s on llama.cpp (%s, %d threads; exact trees of up to %d nodes, decodes of %d rows at least)",
              path, runtime.weights_type, runtime.threads, runtime.exact_rows, runtime.min_rows)
     return engine
+
+
+def _heads_folder(path: Path, folder: Path | None) -> Path | None:
+    """The draft heads of a file on this runtime (trained on llama.cpp's hidden states); for a model
+    exported from a folder in float32 (the embedded one), the folder's own heads: the exported
+    file's hidden states are torch's, to float32 rounding."""
+    from ..drafts.heads import gguf_heads_folder, heads_folder
+
+    return gguf_heads_folder(path) or (heads_folder(folder) if folder is not None else None)
 
 
 def _kernel_classes(runtime, probe: list[int]) -> None:

@@ -29,11 +29,11 @@ import torch
 import torch.nn.functional as F
 
 from ..drafts.heads import DraftHeads, HeadsConfig
-from ..loading.torch_load import load_engine
 from ..protocol import EngineError
 from . import Progress, checkpoint
 from .corpus import build_corpus, resolve_sources
 from .data import fim_split, split_into_chunks
+from .heads_base import llamacpp_base, torch_base
 from .optim import Schedule, adamw, fit
 
 CHECKPOINT_FILE = "heads_state.pt"  # in the run folder
@@ -119,18 +119,11 @@ def windows_from_texts(tokenizer, texts: list[str], seq_len: int, eos_id: int, *
     return torch.tensor(ids[: n * seq_len], dtype=torch.long).view(n, seq_len)
 
 
-@torch.no_grad()
-def base_outputs(model, windows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The frozen base model's last hidden state (B, T, H) and greedy next tokens (B, T)."""
-    hidden = model.base_model(input_ids=windows).last_hidden_state
-    greedy = model.get_output_embeddings()(hidden).argmax(dim=-1)
-    return hidden, greedy
-
-
-def compute_features(model, windows: torch.Tensor, folder: Path, batch: int = 4,
-                     progress: Progress | None = None) -> Features:
-    """The base model over `windows`, stored in shards under `folder`; a shard already there (of
-    these very windows) is read back, so an interrupted run goes on where it stopped."""
+def compute_features(outputs: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]], windows: torch.Tensor,
+                     folder: Path, batch: int = 4, progress: Progress | None = None) -> Features:
+    """The base model's `outputs` (windows -> hidden states, greedy tokens: heads_base.py) over
+    `windows`, stored in shards under `folder`; a shard already there (of these very windows) is
+    read back, so an interrupted run goes on where it stopped."""
     folder.mkdir(parents=True, exist_ok=True)
     index, timing = folder / "windows.pt", folder / "seconds.json"
     if index.exists() and not torch.equal(torch.load(index, weights_only=True), windows):
@@ -138,7 +131,6 @@ def compute_features(model, windows: torch.Tensor, folder: Path, batch: int = 4,
             stale.unlink(missing_ok=True)
     torch.save(windows, index)
     seconds = json.loads(timing.read_text())["seconds"] if timing.exists() else 0.0
-    device = next(model.parameters()).device
     hidden, greedy = [], []
     shards = range(0, len(windows), WINDOWS_PER_SHARD)
     for n, start in enumerate(shards):
@@ -146,7 +138,7 @@ def compute_features(model, windows: torch.Tensor, folder: Path, batch: int = 4,
         if not file.exists():
             started = time.perf_counter()
             part = windows[start:start + WINDOWS_PER_SHARD]
-            outs = [base_outputs(model, part[i:i + batch].to(device)) for i in range(0, len(part), batch)]
+            outs = [outputs(part[i:i + batch]) for i in range(0, len(part), batch)]
             shard = {"hidden": torch.cat([h for h, _ in outs]).half().cpu(),
                      "greedy": torch.cat([g for _, g in outs]).int().cpu()}
             tmp = file.with_name(file.name + ".tmp")
@@ -272,17 +264,19 @@ def fast_bf16(device: torch.device) -> bool:
     return " amx_bf16" in flags or " avx512_bf16" in flags
 
 
-def new_heads(model, cfg: HeadsTrainConfig, vocab_ids: torch.Tensor | None = None) -> DraftHeads:
-    """Heads for `model`; with `vocab_ids`, their output layer is those rows of the model's own
-    lm_head, frozen (so head k starts as the model's next-token guess)."""
+def new_heads(hidden: int, output_rows: Callable[[torch.Tensor], torch.Tensor], cfg: HeadsTrainConfig,
+              vocab_ids: torch.Tensor | None = None) -> DraftHeads:
+    """Heads on a base model's hidden states of size `hidden`; with `vocab_ids`, their output layer
+    is the model's own output rows of those ids (`output_rows`), frozen (so head k starts as the
+    model's next-token guess)."""
     torch.manual_seed(cfg.seed)
     size = 0 if vocab_ids is None else len(vocab_ids)
-    hidden = model.config.hidden_size
     inner = 2 * hidden if cfg.inner_size < 0 else cfg.inner_size
     heads = DraftHeads(HeadsConfig(hidden, cfg.num_heads, cfg.num_layers, size, cfg.token_input, inner))
     if vocab_ids is not None:
         heads.vocab_ids.copy_(vocab_ids)
-        heads.attach_output(model.get_output_embeddings())
+        with torch.no_grad():
+            heads.out.weight.copy_(output_rows(vocab_ids).to(heads.out.weight.dtype))
     return heads
 
 
@@ -313,20 +307,21 @@ def split_files(corpus_specs: list[str] | None, seed: int, max_files: int) -> tu
 def run_heads(model: str | None, out: Path, cfg: HeadsTrainConfig, *, corpus_specs: list[str] | None = None,
               save_to: Path | None = None, device: str | None = None, threads: int = 0, fim_rate: float = 0.5,
               max_files: int = 2000, resume: bool = False, command: str = "", log: Callable[[str], None] = print,
-              progress: Progress | None = None) -> dict:
+              progress: Progress | None = None, runtime: str = "torch") -> dict:
     """Train draft heads for `model` (None: the embedded one) on `corpus_specs` (default stdlib),
     in `out` (features and checkpoints, resumable), and save them beside the model (or to
     `save_to`) with a model card. Returns the report, also written to out/heads_report.json. Raises
-    EngineError (the loader's ModelLoadError is one) with a message for the user."""
+    EngineError (the loader's ModelLoadError is one) with a message for the user. `runtime`: the one
+    whose hidden states the heads learn from and will read ("torch" or "llamacpp": heads_base.py)."""
     if resume and not (out / CHECKPOINT_FILE).exists():
         raise EngineError(f"nothing to resume in {out} (no {CHECKPOINT_FILE})")
-    engine = load_engine(model, device=device, dtype="float32")
-    # load_engine picks the threads for decoding; training wants the asked-for count, or every core.
-    torch.set_num_threads(threads or os.cpu_count() or 1)
-    base, tokenizer = engine.model, engine.tokenizer
-    for p in base.parameters():
-        p.requires_grad_(False)
-    save_to = save_to or (Path(engine.model_dir) if engine.model_dir else None)
+    if runtime == "llamacpp":
+        base = llamacpp_base(model, threads, cfg.seq_len)
+        torch.set_num_threads(threads or os.cpu_count() or 1)
+    else:
+        base = torch_base(model, device, threads)
+    engine, tokenizer = base.engine, base.engine.tokenizer
+    save_to = save_to or base.save_to
     if save_to is None:
         raise EngineError(f"{model} is not a folder on this machine; pass --save-to DIR")
     train_files, val_files = split_files(corpus_specs, cfg.seed, max_files)
@@ -346,20 +341,22 @@ def run_heads(model: str | None, out: Path, cfg: HeadsTrainConfig, *, corpus_spe
     out.mkdir(parents=True, exist_ok=True)
     log(f"the base model over {len(windows)} windows of {cfg.seq_len} tokens ({len(train_files)} files), "
         f"stored in {out / FEATURES_DIR}")
-    features = compute_features(base, windows, out / FEATURES_DIR, progress=progress)
-    val_features = compute_features(base, val_windows, out / (FEATURES_DIR + "-heldout"))
+    features = compute_features(base.outputs, windows, out / FEATURES_DIR, progress=progress)
+    val_features = compute_features(base.outputs, val_windows, out / (FEATURES_DIR + "-heldout"))
     feature_seconds = features.seconds + val_features.seconds
 
-    model_vocab = base.get_output_embeddings().weight.shape[0]
+    model_vocab = base.vocab_size
     vocab_size = cfg.vocab_for(model_vocab)
     vocab_ids, coverage = frequent_tokens(features.greedy, vocab_size or model_vocab, model_vocab)
     vocab_ids = vocab_ids if vocab_size else None
     labels = LabelMap(vocab_ids, model_vocab)
     log(f"the base model's greedy tokens covered by its most frequent N: {coverage}")
 
-    heads = new_heads(base, cfg, vocab_ids).to(engine.device)
-    lm_head = base.get_output_embeddings() if heads.out is None else None
-    embed = base.get_input_embeddings() if cfg.token_input else None
+    if vocab_ids is None and base.lm_head is None:
+        raise EngineError(f"a vocabulary of {model_vocab} tokens is too big for heads over all of it; pass --vocab N")
+    heads = new_heads(base.hidden_size, base.output_rows, cfg, vocab_ids).to(engine.device)
+    lm_head = base.lm_head if heads.out is None else None
+    embed = base.embed if cfg.token_input else None
     optimizer = make_optimizer(heads, cfg)
     state = load_checkpoint(out, heads, optimizer) if resume else HeadsState()
     log(f"training {cfg.num_heads} heads (output over {vocab_size or model_vocab} tokens, "
@@ -368,7 +365,7 @@ def run_heads(model: str | None, out: Path, cfg: HeadsTrainConfig, *, corpus_spe
                 lambda s: save_checkpoint(out, heads, optimizer, s), progress)
     heads.eval()
     accuracy = head_accuracy(heads, lm_head, embed, val_features, labels) if len(val_features) else []
-    report = {"model": model or "the embedded model", "steps": state.step, "train_seconds": round(state.elapsed_s, 1),
+    report = {"model": model or "the embedded model", "runtime": base.runtime, "steps": state.step, "train_seconds": round(state.elapsed_s, 1),
               "feature_seconds": round(feature_seconds, 1), "heads": accuracy, "saved_to": str(save_to),
               "windows": len(windows), "seq_len": cfg.seq_len, "training_tokens": len(windows) * cfg.seq_len,
               "files": len(train_files), "corpus": corpus_specs or ["stdlib"], "vocab_size": vocab_size,
@@ -376,7 +373,7 @@ def run_heads(model: str | None, out: Path, cfg: HeadsTrainConfig, *, corpus_spe
               "inner_size": heads.config.inner_size,
               "final_loss": state.losses[-1] if state.losses else None, "fim_rate": fim_rate if fim else 0.0,
               "parameters": sum(p.numel() for p in heads.parameters() if p.requires_grad), "command": command}
-    heads.save(save_to, extra={"trained": {k: report[k] for k in ("model", "corpus", "training_tokens", "steps",
+    heads.save(save_to, extra={"trained": {k: report[k] for k in ("model", "runtime", "corpus", "training_tokens", "steps",
                                                                    "heads", "vocab_coverage")}}, dtype=torch.bfloat16)
     (save_to / "HEADS.md").write_text(model_card(report))
     (out / "heads_report.json").write_text(json.dumps(report, indent=2))

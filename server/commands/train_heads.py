@@ -7,9 +7,10 @@
 
 Each head learns, by self-distillation, the base model's own greedy token 1..K positions after the
 next one (engine/train/heads.py). The base model runs once over the corpus and its hidden states are
-stored in the run folder, so a resumed or repeated run does not run it again. The heads are saved
-beside the model (for a GGUF file: its dequantized folder in the cache), where the engine finds
-them, with a model card (HEADS.md). Prints each head's held-out agreement with greedy, then the
+stored in the run folder, so a resumed or repeated run does not run it again. They learn from the
+hidden states of the runtime the model will run on (`--runtime`: llama.cpp for a GGUF file on a
+CPU) and are saved where the engine finds them on it (llama.cpp: the cache's heads/llamacpp/<file>-<hash>;
+torch: beside the model, for a GGUF file its dequantized folder), with a model card (HEADS.md). Prints each head's held-out agreement with greedy, then the
 report as one JSON line (`--json`: only that).
 """
 
@@ -29,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="run folder for checkpoints")
     parser.add_argument("--save-to", metavar="DIR", help="where the heads go (default: the model folder)")
     parser.add_argument("--device", default=None, help="auto, cpu, cuda (default auto)")
+    parser.add_argument("--runtime", choices=("auto", "torch", "llamacpp"), default="auto",
+                        help="whose hidden states the heads learn from and will read (default: the one the engine "
+                             "runs the model on: llama.cpp for a GGUF file on a CPU, else torch)")
     parser.add_argument("--heads", type=int, default=4, help="number of heads K (default 4)")
     parser.add_argument("--layers", type=int, default=1, help="residual blocks per head (default 1)")
     parser.add_argument("--vocab", type=int, default=-1, metavar="N",
@@ -57,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def command_line(args: argparse.Namespace) -> str:
     """The command that made the heads, for their model card."""
-    words = ["memosight train heads"] + [f"--model {args.model}"] * bool(args.model)
+    words = ["memosight train heads"] + [f"--model {args.model}"] * bool(args.model) + [f"--runtime {args.runtime}"]
     words += [f"--corpus {c}" for c in args.corpus or []]
     for flag in ("heads", "layers", "inner", "vocab", "steps", "batch", "seq_len", "max_windows", "lr", "fim_rate", "max_files",
                  "seed"):
@@ -67,6 +71,7 @@ def command_line(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from memosight.engine.train.heads import HeadsTrainConfig, run_heads
+    from memosight.engine.train.heads_base import heads_runtime
 
     cfg = HeadsTrainConfig(num_heads=args.heads, num_layers=args.layers, vocab_size=args.vocab,
                            token_input=not args.no_token_input, inner_size=args.inner, seq_len=args.seq_len, max_windows=args.max_windows,
@@ -77,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
         report = run_heads(args.model, Path(args.out), cfg, corpus_specs=args.corpus,
                            save_to=Path(args.save_to) if args.save_to else None, device=args.device,
                            threads=args.threads, fim_rate=args.fim_rate, max_files=args.max_files, resume=args.resume,
-                           command=command, log=say, progress=on_step)
+                           command=command, log=say, progress=on_step,
+                           runtime=heads_runtime(args.model, args.device, args.runtime))
     if not args.json:
         for row in report["heads"]:
             print(f"head {row['head']}: top-1 {row['top1']:.3f}  top-3 {row['top3']:.3f}  chain {row['chain']:.3f}")

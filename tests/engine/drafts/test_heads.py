@@ -67,6 +67,8 @@ def test_packaged_heads_are_found_by_the_model_folders_name(tmp_path, monkeypatc
     DraftHeads(HeadsConfig(hidden_size=8)).save(packaged / "SomeModel.Q4_1-0123abcd")
     monkeypatch.setattr(module, "PACKAGED_HEADS", packaged)
     assert heads_folder(tmp_path / "cache" / "SomeModel.Q4_1-0123abcd") == packaged / "SomeModel.Q4_1-0123abcd"
+    # the dequantized folder's name as gguf.dequantized_folder writes it
+    assert heads_folder(tmp_path / "cache" / "SomeModel.Q4_1-0123abcd-shards") == packaged / "SomeModel.Q4_1-0123abcd"
     assert heads_folder(tmp_path / "cache" / "SomeModel.Q4_1-ffffffff") is None  # another file: not these
     beside = tmp_path / "cache" / "SomeModel.Q4_1-0123abcd"
     DraftHeads(HeadsConfig(hidden_size=8)).save(beside)

@@ -95,10 +95,10 @@ def test_the_packaged_heads_draft_for_smollm2_exactly_as_greedy_in_float32_and_i
 
     prompt = "def read_lines(path):\n    with open(path) as f:\n        lines = f.readlines()\n    return"
     for dtype in ("float32", "int8"):
-        engine = load_engine("smollm2-135m", dtype=dtype)
+        engine = load_engine("smollm2-135m", dtype=dtype, runtime="torch")
         heads = engine.speculator.drafter("heads")
         assert heads is not None and heads.heads.config.vocab_size == 8192  # found with no argument
-        assert (PACKAGED_HEADS / Path(engine.model_dir).name / "HEADS.md").is_file()
+        assert (PACKAGED_HEADS / Path(engine.model_dir).name.removesuffix("-shards") / "HEADS.md").is_file()
         ids = engine.prompt_ids(prompt, "")
         assert engine.generate(ids, 32, speculative=True) == engine.generate(ids, 32, speculative=False)
         with torch.inference_mode():

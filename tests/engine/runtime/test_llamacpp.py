@@ -206,3 +206,22 @@ def test_the_embedded_model_on_llamacpp_writes_what_it_writes_on_torch():
     assert engine.fim_order == "spm"
     for prefix, suffix, expected in KNOWN_COMPLETIONS:
         assert engine.complete(prefix, suffix, max_new_tokens=16, single_line=True).text == expected, prefix
+
+
+def test_with_hidden_states_a_prompts_last_state_is_the_one_every_output_gives(embedded_gguf):
+    """Hidden states on: a prompt goes in without outputs and its last token alone with them, and
+    `every_output` (what heads train on) gives every position's state in one decode."""
+    from memosight.engine.runtime.gguf_tokenizer import GgufTokenizer
+    from memosight.engine.runtime.llamacpp import LlamaCppRuntime
+
+    rt = LlamaCppRuntime(embedded_gguf, threads=1, n_ctx=512, hidden=True)
+    try:
+        ids = GgufTokenizer(rt.L, rt.vocab).encode(TEXT)[:64]
+        hidden, greedy = rt.every_output(ids)
+        assert hidden.shape == (len(ids), rt.n_embd) and greedy.shape == (len(ids),) and rt.tokens == []
+        last, logits = rt.prefill_hidden(ids)
+        assert rt.tokens == ids and np.allclose(last, hidden[-1], atol=1e-3) and int(logits.argmax()) == greedy[-1]
+        step_hidden, step_logits = rt.append(int(logits.argmax()))
+        assert step_hidden.shape == (rt.n_embd,) and np.isfinite(step_logits).all()
+    finally:
+        rt.close()

@@ -6,6 +6,7 @@ import torch
 
 from memosight.engine import load_engine
 from memosight.engine.train import heads as H
+from memosight.engine.train.heads_base import torch_outputs
 
 
 @pytest.fixture
@@ -16,22 +17,22 @@ def engine_and_windows(tiny_model_dir):
     return engine, windows
 
 
-def test_features_are_the_base_models_outputs_and_are_computed_once(tmp_path, engine_and_windows, monkeypatch):
+def test_features_are_the_base_models_outputs_and_are_computed_once(tmp_path, engine_and_windows):
     engine, windows = engine_and_windows
-    features = H.compute_features(engine.model, windows, tmp_path / "f")
-    hidden, greedy = H.base_outputs(engine.model, windows)
+    features = H.compute_features(torch_outputs(engine.model), windows, tmp_path / "f")
+    hidden, greedy = torch_outputs(engine.model)(windows)
     assert torch.allclose(features.hidden.float(), hidden, atol=1e-2)
     assert torch.equal(features.greedy.long(), greedy)
-    monkeypatch.setattr(H, "base_outputs", lambda *a: pytest.fail("the stored shards are read, not recomputed"))
-    again = H.compute_features(engine.model, windows, tmp_path / "f")
+    again = H.compute_features(lambda *a: pytest.fail("the stored shards are read, not recomputed"), windows,
+                               tmp_path / "f")
     assert torch.equal(again.hidden, features.hidden)
 
 
 def test_features_of_other_windows_are_not_reused(tmp_path, engine_and_windows):
     engine, windows = engine_and_windows
-    H.compute_features(engine.model, windows, tmp_path / "f")
-    other = H.compute_features(engine.model, windows.flip(0), tmp_path / "f")
-    assert torch.equal(other.greedy.long(), H.base_outputs(engine.model, windows.flip(0))[1])
+    H.compute_features(torch_outputs(engine.model), windows, tmp_path / "f")
+    other = H.compute_features(torch_outputs(engine.model), windows.flip(0), tmp_path / "f")
+    assert torch.equal(other.greedy.long(), torch_outputs(engine.model)(windows.flip(0))[1])
 
 
 def test_the_frequent_vocabulary_and_its_coverage():
@@ -45,14 +46,14 @@ def test_the_frequent_vocabulary_and_its_coverage():
 
 def test_a_run_killed_after_its_checkpoint_resumes_where_an_uninterrupted_one_ends(tmp_path, engine_and_windows):
     engine, windows = engine_and_windows
-    features = H.compute_features(engine.model, windows, tmp_path / "f")
+    features = H.compute_features(torch_outputs(engine.model), windows, tmp_path / "f")
     cfg = H.HeadsTrainConfig(num_heads=2, seq_len=16, batch=8, steps=4, warmup=1, checkpoint_every=2, vocab_size=16)
     vocab_ids, _ = H.frequent_tokens(features.greedy, 16, len(engine.tokenizer))
     labels = H.LabelMap(vocab_ids, len(engine.tokenizer))
     embed = engine.model.get_input_embeddings()
 
     def fresh():
-        heads = H.new_heads(engine.model, cfg, vocab_ids)
+        heads = H.new_heads(engine.model.config.hidden_size, lambda ids: engine.model.get_output_embeddings().weight[ids], cfg, vocab_ids)
         return heads, H.make_optimizer(heads, cfg)
 
     def train(heads, optimizer, state, save):
@@ -78,16 +79,17 @@ def test_a_run_killed_after_its_checkpoint_resumes_where_an_uninterrupted_one_en
 def test_the_output_layer_starts_as_the_models_own_rows(engine_and_windows):
     engine, _ = engine_and_windows
     ids = torch.tensor([3, 7, 11])
-    heads = H.new_heads(engine.model, H.HeadsTrainConfig(vocab_size=3), ids)
+    heads = H.new_heads(engine.model.config.hidden_size, lambda ids: engine.model.get_output_embeddings().weight[ids],
+                        H.HeadsTrainConfig(vocab_size=3), ids)
     assert torch.equal(heads.out.weight, engine.model.get_output_embeddings().weight[ids])
 
 
 def test_training_lowers_the_loss_on_a_learnable_pattern(engine_and_windows, tmp_path):
     engine, windows = engine_and_windows
-    features = H.compute_features(engine.model, windows, tmp_path / "f")
+    features = H.compute_features(torch_outputs(engine.model), windows, tmp_path / "f")
     cfg = H.HeadsTrainConfig(num_heads=2, seq_len=16, batch=64, steps=60, warmup=5, lr=3e-3, bf16=False)
     labels = H.LabelMap(None, len(engine.tokenizer))
-    heads = H.new_heads(engine.model, cfg)
+    heads = H.new_heads(engine.model.config.hidden_size, None, cfg)
     state = H.HeadsState()
     H.train_heads(heads, engine.model.get_output_embeddings(), engine.model.get_input_embeddings(), features, labels,
                   cfg, state, H.make_optimizer(heads, cfg), save=lambda s: None)
