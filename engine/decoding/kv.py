@@ -13,6 +13,7 @@ import contextlib
 import functools
 import inspect
 import time
+from os.path import commonprefix  # any two sequences: token ids here
 
 import torch
 from transformers import DynamicCache
@@ -117,14 +118,6 @@ def crop(cache, keep: int) -> None:
     drop = cached_length(cache) - keep
     if drop > 0:
         cache.crop(-drop)
-
-
-def common_prefix_length(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def keep_positions(cache, keep: int, extra: list[int]) -> None:
@@ -284,7 +277,7 @@ class PromptCache:
 
     def _reuse(self, model, input_ids: list[int]) -> int:
         """Bring the cache to the longest reusable prefix of `input_ids`; returns its length."""
-        keep = min(common_prefix_length(self.tokens, input_ids), len(input_ids) - 1)
+        keep = min(len(commonprefix([self.tokens, input_ids])), len(input_ids) - 1)
         if self.cache is None:
             keep = 0
         if not self.reuse:

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
+from os.path import commonprefix  # of any two strings
 
 from ..protocol import (BackendSpec, Completion, CompletionRequest, Engine, EngineError, EngineInfo, EngineSettings,
                          Stream)
@@ -61,14 +62,6 @@ def without_start(pieces: Iterator[str], start: str) -> Iterator[str]:
 def session_id(user: str, workspace: str) -> str:
     """A stable, anonymous id for (user, workspace): no names leave the machine."""
     return hashlib.sha256(f"{user}\0{workspace}".encode()).hexdigest()[:16]
-
-
-def common_prefix(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class RemoteEngine(Engine):
@@ -316,7 +309,7 @@ class RemoteEngine(Engine):
                 body["stop"] = stops
             url = f"{base}/infill" if self.infill else f"{base}/completion"
         if self._last_prompt:
-            self.prefix_shares.append(common_prefix(self._last_prompt, prompt) / max(1, len(prompt)))
+            self.prefix_shares.append(len(commonprefix([self._last_prompt, prompt])) / max(1, len(prompt)))
         self._last_prompt = prompt
         return post_stream(url, body, self._headers(), timeout_s=s.timeout_ms / 1000,
                            first_token_timeout_s=s.first_token_timeout_ms / 1000, ca_bundle=s.ca_bundle)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import time
+from os.path import commonprefix  # any two sequences: token ids here
 from pathlib import Path
 
 import numpy as np
@@ -220,7 +221,7 @@ class LlamaCppRuntime:
     # --- the prompt -----------------------------------------------------------------------------
 
     def _reuse(self, input_ids: list[int]) -> int:
-        keep = min(_common_prefix(self.tokens, input_ids), len(input_ids) - 1)
+        keep = min(len(commonprefix([self.tokens, input_ids])), len(input_ids) - 1)
         if not self.reuse:
             keep = 0
         self._crop(max(0, keep))
@@ -424,14 +425,6 @@ class LlamaCppRuntime:
         self.L.llama_batch_free(self.batch)
         self.L.llama_free(self.ctx)
         self.L.llama_model_free(self.model)
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def _on_branch(tree: DraftTree, node: int, leaf: int) -> bool:

@@ -21,6 +21,7 @@ import random
 import sys
 import time
 from dataclasses import dataclass, field
+from os.path import commonprefix  # of any two strings
 from pathlib import Path
 
 from .common import CommandError, add_json_argument, print_result, step_progress
@@ -190,13 +191,6 @@ def position_of(text: str, offset: int) -> dict:
     return {"line": line, "character": len(col_text.encode("utf-16-le")) // 2}
 
 
-def common_prefix(a: str, b: str) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
-
-
 async def replay_function(lsp, uri: str, text: str, start: int, end: int, args, rng, stats: Replay) -> None:
     pause = stats.pause_ms / 1000 or None  # 0: wait for every answer
     body = text[start:end]
@@ -255,7 +249,7 @@ async def replay_function(lsp, uri: str, text: str, start: int, end: int, args, 
             continue
         stats.with_items += 1
         stats.shown_chars += len(suggestion)
-        match = common_prefix(suggestion, remaining)
+        match = len(commonprefix([suggestion, remaining]))
         if match >= args.min_accept:
             insert(remaining[:match])
             stats.saved_chars += match

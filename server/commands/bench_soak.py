@@ -28,10 +28,10 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from os.path import commonprefix  # of any two strings
 from pathlib import Path
 
 from .bench_replay import (
-    common_prefix,
     count_stale,
     keystrokes,
     pick_functions,
@@ -271,7 +271,7 @@ async def type_back(servers: Pair, workspace: Path, documents: Path, functions: 
                 await probe(servers, doc, stats, stats.after_fault)
             elif rng.random() < args.control:
                 await probe(servers, doc, stats, stats.control)
-            match = common_prefix(suggestion_text(result), doc.remaining)
+            match = len(commonprefix([suggestion_text(result), doc.remaining]))
             if match >= 3:  # the simulated user takes the suggestion's start where it is right
                 insert(servers, doc, doc.remaining[:match])
                 stats.accepted += 1

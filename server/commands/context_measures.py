@@ -8,6 +8,7 @@ import random
 import re
 import statistics
 import time
+from os.path import commonprefix  # of any two sequences: text, token ids
 from pathlib import Path
 
 from memosight.engine.protocol import CompletionRequest, RequestOptions, StopRule
@@ -141,7 +142,7 @@ def paired_loss_difference(base: Tally, other: Tally, resamples: int = 2000, see
 
 def _correct_prefix(generated: str, true_line: str) -> int:
     """Characters of `true_line` (indentation aside) the completion got right before its first error."""
-    return _common_prefix(generated.strip(), true_line.strip())
+    return len(commonprefix([generated.strip(), true_line.strip()]))
 
 
 def _next_line(engine, context, true_line: str, generate: bool) -> dict:
@@ -400,7 +401,7 @@ def typing_stability(files, args, count_tokens, encode) -> dict:
             for name, context in (("compressed", compressed), ("truncated", truncated)):
                 ids = list(encode(context.prefix))
                 if name in previous and ids:
-                    shared[name].append(_common_prefix(previous[name], ids) / len(ids))
+                    shared[name].append(len(commonprefix([previous[name], ids])) / len(ids))
                 previous[name] = ids
     if not times:
         return {}
@@ -411,14 +412,5 @@ def typing_stability(files, args, count_tokens, encode) -> dict:
             "stability_truncated": round(statistics.mean(shared["truncated"] or [0]), 4),
             "build_ms_p50": pick(0.5), "build_ms_p95": pick(0.95),
             "build_cold_ms_p50": round(statistics.median(cold), 3), "build_cold_ms_max": round(max(cold), 3)}
-
-
-def _common_prefix(a: list, b: list) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from . import languages
 from .packed import Region
 from .regions import WEIGHTS, FileAnalysis, analyze, score_units
-from .rendering import header, render
+from .rendering import Source, header, render
 from .similar import similarities
 
 CHARS_PER_TOKEN_MAX = 12  # no tokenizer packs more into one token: longer text cannot fit, skip counting
@@ -30,18 +30,6 @@ class FarPart:
     def misses(self, used: set[str]) -> bool:
         """Whether a name now used near the cursor has a definition this part did not consider."""
         return bool((used & self.known) - self.considered)
-
-
-@dataclass
-class Source:
-    """One file whose units may be chosen: the current document or another open one."""
-
-    path: str
-    analysis: FileAnalysis
-    scores: list[float]
-    rows: tuple[int, int]  # units must lie inside these rows
-    comment: str
-    closers: tuple[int, ...] = ()  # units kept for their closing rows in range (`}` of enclosing blocks)
 
 
 def score_sources(doc, text: str, tree, cursor_row: int, used: set[str], other_docs: list,

@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 from ..caching import LRU, content_hash
 from . import languages
-from .far import CHARS_PER_TOKEN_MAX, FarPart, Source, choose, score_sources
+from .far import CHARS_PER_TOKEN_MAX, FarPart, choose, score_sources
 from .near import Rows, error_near, function_rows
 from .packed import PackedContext, Region
 from .regions import USE_WINDOW_LINES, identifiers
-from .rendering import marker
+from .rendering import Source, marker
 from .similar import QUERY_LINES, query_names
 from .truncation import head_within, tail_within, truncate_around_cursor
 
@@ -94,8 +94,8 @@ class ContextCompressor:
         cursor = max(0, min(cursor, len(text)))
         if languages.parser_for(doc.language) is None:  # no grammar: a line window around the cursor
             return truncate_around_cursor(text, cursor, budget, suffix_share, count_tokens, doc.path)
-        tree = lambda: doc.snapshot()[1]  # noqa: E731 - parsed when asked for: most keystrokes need no tree
-        count = lambda piece: self._count(piece, count_tokens)  # noqa: E731 - memoized by content
+        tree = lambda: doc.snapshot()[1]
+        count = lambda piece: self._count(piece, count_tokens)
         comment = languages.comment_prefix(doc.language)
         marker_tokens = count(f"{comment} ...\n")
         rows = Rows(text, cursor)

@@ -5,12 +5,22 @@ under a `file:` header; and the regions that say where each kept line came from.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from .packed import Region
+from .regions import FileAnalysis
 
-if TYPE_CHECKING:  # annotations only: far.py imports this module to render what it chose
-    from .far import Source
+
+@dataclass
+class Source:
+    """One file whose units may be chosen: the current document or another open one."""
+
+    path: str
+    analysis: FileAnalysis
+    scores: list[float]
+    rows: tuple[int, int]  # units must lie inside these rows
+    comment: str
+    closers: tuple[int, ...] = ()  # units kept for their closing rows in range (`}` of enclosing blocks)
 
 
 def marker(skipped: str, comment: str) -> str:

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from memosight.server.commands.bench_replay import (
     bursts,
-    common_prefix,
     keystrokes,
     setting,
 )
@@ -19,7 +18,6 @@ SAMPLE = Path(__file__).parents[2] / "data" / "sample.py"
 
 def test_keystrokes_indent_new_lines_like_an_editor():
     assert keystrokes("a:\n    b\n") == ["a", ":", "\n    ", "b", "\n"]
-    assert common_prefix("return x", "return y") == 7
 
 
 def test_bursts_cover_every_keystroke():

@@ -18,7 +18,6 @@ from memosight.server.commands.context_measures import (
     PROXY_TOKEN,
     Tally,
     _category,
-    _common_prefix,
     _correct_prefix,
     _far_identifiers,
     _is_code,
@@ -98,9 +97,7 @@ def test_files_are_grouped_by_length_at_300_and_600_lines():
         "lines<300", "lines<300", "lines300-599", "lines300-599", "lines600+", "lines600+"]
 
 
-def test_common_and_correct_prefixes():
-    assert _common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2 and _common_prefix([], [1]) == 0
-    assert _common_prefix("abc", "abc") == 3
+def test_correct_prefixes():
     # indentation aside: the characters right before the first wrong one
     assert _correct_prefix("  return x + 2\n", "    return x + 1") == len("return x + ")
     assert _correct_prefix("return x + 1", "    return x + 1") == len("return x + 1")
