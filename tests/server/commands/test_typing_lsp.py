@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from memosight.server.commands import typing_lsp
 from memosight.server.commands.lsp_client import LspProcess
 from memosight.server.commands.typing_lsp import LspSystem, position_of, process_cpu_seconds
@@ -97,6 +99,9 @@ async def test_the_client_logic_against_a_stand_in_server(tmp_path, monkeypatch)
             super().__init__([sys.executable, "-c", FAKE_SERVER, str(log)], env)
 
     monkeypatch.setattr(typing_lsp, "LspProcess", StandIn)
+    cpu_readings = [1.25, 4.0]  # the model process's CPU seconds after the warm-up, then at the end
+    monkeypatch.setattr(typing_lsp, "process_cpu_seconds",
+                        lambda pid: cpu_readings.pop(0) if pid == system.lsp.proc.pid else pytest.fail(pid))
     system = LspSystem("memosight", {"model": "tiny"}, root="file:///w", log_file=str(tmp_path / "lsp.log"))
     (command, env), = launched
     assert command == [sys.executable, "-m", "memosight.server", "--stdio", "--log-file", str(tmp_path / "lsp.log"),
@@ -167,6 +172,6 @@ async def test_the_client_logic_against_a_stand_in_server(tmp_path, monkeypatch)
 
     # the figures: requests asked while typing (not the warm-up), one latency per suggestion shown
     assert stats.requests == 4 and len(stats.latencies_ms) == 3
-    assert stats.model_cpu_s >= 0
+    assert stats.model_cpu_s == 2.75 and cpu_readings == []  # the typing's share: the end's less the start's
     assert stats.notes == {"typed_through": 3, "joined": 1, "superseded": 2, "completion_cache": {"hits": 4},
                            "first_answer_s": round(system.first_answer_s, 2), "server_peak_rss_mb": 123.5}
