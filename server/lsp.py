@@ -4,6 +4,7 @@ The wire (JSON-RPC, framing) is rpc.py's and framing.py's; this module speaks LS
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -19,6 +20,7 @@ from . import __version__
 from .config import ConfigError, ConfigSources, Settings, validate
 from .context.workspace import WorkspaceIndex
 from .documents import Document, DocumentStore, Position, file_path, text_digest
+from .editor_log import EditorLog
 from .requests import Ticket
 from .rpc import CONTENT_MODIFIED, INVALID_PARAMS, Connection, RequestError, current_request_id
 from .suggest import Suggester, Suggestion
@@ -58,6 +60,9 @@ class MemoSightServer:
         # a backend that fails, said as soon as the engine knows (the suggester says it once an hour)
         self.suggester.messages.say = lambda message: self.report(f"MemoSight: {message}", types.MessageType.Error,
                                                          again=True)
+        self.editor_log = EditorLog(self.connection)  # window/logMessage, $/progress, $/logTrace
+        self.initialized = False  # the client may be sent requests (a progress bar's token) from then on
+        self._loading: object = None  # the engine load a progress bar was shown for
         self._reported: set[str] = set()  # messages already shown, so a bad file is reported once
         self._popup_times: list[float] = []
         self.log_level = logging.getLogger("memosight").level  # the command line's; a setting overrides it
@@ -107,7 +112,17 @@ class MemoSightServer:
         # a removed log_level setting goes back to --log-level of the command line
         level = settings.log_level.upper() if self.config.sets("log_level") else self.log_level
         logging.getLogger("memosight").setLevel(level)
-        self.suggester.ensure_engine(settings)
+        loading = self.suggester.ensure_engine(settings)
+        if self.initialized:
+            self.show_loading(loading, settings)
+
+    def show_loading(self, loading, settings: Settings) -> None:
+        """A progress bar in the editor while the engine loads (once per load)."""
+        if loading is self._loading or loading.done():
+            return
+        self._loading = loading
+        what = settings.backend.url if settings.backend.kind != "local" else (settings.model or "the embedded model")
+        asyncio.get_running_loop().create_task(self.editor_log.progress("MemoSight", f"loading {what}", loading))
 
     def reindex(self, uri: str) -> None:
         """A workspace file changed on disk (saved, closed, or seen by the client's watcher)."""
@@ -152,6 +167,7 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
     @ls.connection.request(types.INITIALIZE)
     def initialize(params: types.InitializeParams) -> types.InitializeResult:
         ls.client_capabilities = params.capabilities
+        ls.editor_log.start(asyncio.get_running_loop(), params.capabilities, params.trace)
         ls.config.root = _root_path(params)
         if ls.config.root is not None and ls.config.root.is_dir():
             ls.workspace_index = WorkspaceIndex(ls.config.root)
@@ -166,8 +182,14 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
 
     @ls.connection.notification(types.INITIALIZED)
     async def initialized(params: types.InitializedParams) -> None:
+        ls.initialized = True
         await _watch_files(ls)
         await _pull_client_configuration(ls)
+        ls.show_loading(ls.suggester.ensure_engine(ls.settings), ls.settings)
+
+    @ls.connection.notification(types.SET_TRACE)
+    def set_trace(params: types.SetTraceParams) -> None:
+        ls.editor_log.trace = params.value
 
     @ls.connection.notification(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(params: types.DidChangeConfigurationParams) -> None:
@@ -277,6 +299,7 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
     def shutdown(params) -> None:
         ls.connection.shutting_down = True  # every later request is refused; exit ends the process
         ls.suggester.shutdown()
+        ls.editor_log.stop()
 
     @ls.connection.notification(types.EXIT)
     def exit_now(params) -> None:
@@ -387,6 +410,9 @@ async def _suggest(ls: MemoSightServer, ticket: Ticket, position: types.Position
                                         timeline=timeline)
     for message in answer.messages:
         ls.report(f"MemoSight: {message}", types.MessageType.Error)
+    shown = answer.suggestion.text if answer.suggestion is not None else ""
+    ls.editor_log.trace_line(f"completion at {uri}:{position.line + 1}:{position.character + 1}: "
+                             f"{len(shown)} characters", verbose=shown or None)
     if answer.suggestion is None and ticket.doc.closed:
         # closed (or opened anew) while the request waited: LSP's answer for a request the document's
         # state overtook, which clients drop silently

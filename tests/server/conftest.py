@@ -111,17 +111,19 @@ class _Pipe:
 @asynccontextmanager
 async def in_process_session(root: Path, engine=None, init_options: dict | None = None,
                              client_settings: dict | None = None,
-                             capabilities: types.ClientCapabilities | None = None):
+                             capabilities: types.ClientCapabilities | None = None, load_engine=None,
+                             client=None):
     """The real MemoSight language server, in this process and event loop, with `engine` (a
-    ScriptedEngine by default); yields pytest-lsp's client, initialized, with `.server` and `.engine`."""
+    ScriptedEngine by default; `load_engine(settings)`: how the server gets it); yields pytest-lsp's
+    client (`client`: one with handlers of a test's own), initialized, with `.server` and `.engine`."""
     from memosight.server.framing import FrameWriter
     from memosight.server.lsp import create_server
     from memosight.server.rpc import serve
 
     engine = engine if engine is not None else ScriptedEngine()
-    server = create_server(load_engine=lambda settings: engine)
+    server = create_server(load_engine=load_engine or (lambda settings: engine))
     to_server, to_client = _Pipe(), _Pipe()
-    client = make_test_lsp_client()
+    client = client or make_test_lsp_client()
     server.connection.set_writer(FrameWriter(to_client))
     client.protocol.set_writer(to_server)
     server_stop, client_stop = threading.Event(), threading.Event()
