@@ -29,7 +29,7 @@ async def test_a_progress_bar_runs_while_the_model_loads(lsp_session, scripted_e
     capabilities = types.ClientCapabilities(window=types.WindowClientCapabilities(work_done_progress=True))
     async with lsp_session(tmp_path, engine, capabilities=capabilities, load_engine=slow_load) as client:
         await until(lambda: any(client.progress_reports.values()))
-        (token, reports), = client.progress_reports.items()
+        (_token, reports), = client.progress_reports.items()
         assert isinstance(reports[0], types.WorkDoneProgressBegin) and "loading" in reports[0].message
         assert len(reports) == 1  # not ended while the load runs
         gate.set()
