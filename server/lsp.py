@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import attrs
 from lsprotocol import types
 from memosight.engine.protocol import Engine
 
@@ -22,7 +23,13 @@ from .context.workspace import WorkspaceIndex
 from .documents import Document, DocumentStore, Position, file_path, text_digest
 from .editor_log import EditorLog
 from .requests import Ticket
-from .rpc import CONTENT_MODIFIED, INVALID_PARAMS, Connection, RequestError, current_request_id
+from .rpc import (
+    CONTENT_MODIFIED,
+    INVALID_PARAMS,
+    Connection,
+    RequestError,
+    current_request_id,
+)
 from .suggest import Suggester, Suggestion
 
 log = logging.getLogger(__name__)
@@ -35,6 +42,24 @@ VISITED_METHOD = "memosight/visited"
 PARTIAL_METHOD = "memosight/partialCompletion"
 ACCEPTED_COMMAND = "memosight.accepted"
 CONFIG_SECTION = "memosight"
+
+
+@attrs.define
+class VisitedParams:
+    """memosight/visited: {"textDocument": {"uri"}, "line": N >= 0, "entered": bool}."""
+
+    text_document: types.TextDocumentIdentifier
+    line: int = attrs.field(validator=attrs.validators.ge(0))
+    entered: bool = False  # the user opened or switched to the file (else: looked at or yanked the line)
+
+
+@attrs.define
+class StatusParams:
+    """memosight/status: {"recent": bool, "digests": bool}, both optional."""
+
+    recent: bool = False  # the last requests' timelines too (bench replay --breakdown)
+    digests: bool = False  # each open document's text digest (what bench fuzz checks texts by)
+
 POPUPS_PER_MINUTE = 5  # more in a minute go to the log only: a misbehaving client cannot flood the user
 CAPABILITIES = types.ServerCapabilities(
     position_encoding=types.PositionEncodingKind.Utf16,
@@ -150,11 +175,6 @@ def _root_path(params: types.InitializeParams) -> Path | None:
     return Path(params.root_path) if params.root_path else None
 
 
-def _field(params, name: str):
-    """A field of a custom method's params (they come as the client sent them: a dict, or anything)."""
-    return params.get(name) if isinstance(params, dict) else getattr(params, name, None)
-
-
 def _to_position(p: types.Position) -> Position:
     return Position(p.line, p.character)
 
@@ -242,13 +262,10 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
     def did_save(params: types.DidSaveTextDocumentParams) -> None:
         ls.reindex(params.text_document.uri)
 
-    @ls.connection.notification(VISITED_METHOD)
-    def visited(params) -> None:
-        uri, line = _field(_field(params, "textDocument"), "uri"), _field(params, "line")
-        if not isinstance(uri, str) or not isinstance(line, int) or isinstance(line, bool) or line < 0:
-            log.warning("%s: expected {\"textDocument\": {\"uri\": ...}, \"line\": N >= 0}, got %r; ignored",
-                        VISITED_METHOD, params)
-        elif _field(params, "entered") is True and (doc := ls.documents.get(uri)) is not None:
+    @ls.connection.notification(VISITED_METHOD, params=VisitedParams)
+    def visited(params: VisitedParams) -> None:
+        uri, line = params.text_document.uri, params.line
+        if params.entered and (doc := ls.documents.get(uri)) is not None:
             # The user opened or switched to this file and reads it: prefill the prompt at the end
             # of their line now, so the first keystroke there prefills only what it adds. (Not
             # recent code: they have not worked there yet.)
@@ -269,12 +286,10 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
     def completion(params: types.CompletionParams):
         return _completion_answer(ls, _arrived(ls, params.text_document.uri, params.position), params.position)
 
-    @ls.connection.request(STATUS_METHOD)
-    def status(params) -> dict:
+    @ls.connection.request(STATUS_METHOD, params=StatusParams)
+    def status(params: StatusParams) -> dict:
         out = ls.suggester.status(ls.settings)
-        # {"recent": true}: the last requests' timelines too (bench replay --breakdown)
-        recent = _field(params, "recent")
-        if recent is True:
+        if params.recent:
             out["breakdown"] = ls.suggester.stages.to_json(recent=True)
         out["version"] = __version__
         out["documents"] = len(ls.documents.all())
@@ -283,7 +298,7 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
         out["settings"] = dataclasses.asdict(ls.settings)
         out["memory"] = memory_report(ls, out)
         out["peak_rss_mb"] = out["memory"]["peak_rss_mb"]
-        if _field(params, "digests") is True:  # {"digests": true}: what the fuzz harness checks texts by
+        if params.digests:
             out["digests"] = {d.uri: text_digest(d.text) for d in ls.documents.all()}
         return out
 
@@ -425,8 +440,10 @@ def memory_report(ls: MemoSightServer, status: dict) -> dict:
     its peak): documents, caches, requests in flight, the engine's KV cache of earlier prompts."""
     tree = ((status.get("cache") or {}).get("prefix_tree") or {})
     index = ls.workspace_index
-    rss = _rss_mb()  # before the peak: read after it, it could pass a peak read a moment earlier
-    peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
+    rss = _rss_mb()
+    # Linux (KiB). The kernel's high-water mark misses pages handed back by madvise (glibc's free)
+    # between the two reads, so the peak is at least what was resident.
+    peak = max(round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), rss or 0.0)
     return {"rss_mb": rss, "peak_rss_mb": peak, "documents": ls.documents.memory(),
             "completion_cache_entries": status["completion_cache"]["entries"],
             "requests_in_flight": ls.connection.in_flight(), **ls.suggester.memory(),

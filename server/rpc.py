@@ -43,7 +43,7 @@ CONTENT_MODIFIED = -32801  # LSP: the document changed under a request in flight
 # requests whose latency is broken down by stage (timeline.py)
 TIMED_METHODS = {types.TEXT_DOCUMENT_INLINE_COMPLETION, types.TEXT_DOCUMENT_COMPLETION}
 
-Handler = Callable[[Any], Any]  # takes the params (typed where lsprotocol knows the method); may be async
+Handler = Callable[[Any], Any]  # takes the params (typed where lsprotocol or its registration knows the method); may be async
 
 _request_id: contextvars.ContextVar = contextvars.ContextVar("request_id", default=None)
 
@@ -70,10 +70,19 @@ def _no_constants(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
+def _what_was_wrong(exc: BaseException, expected: type | None) -> str:
+    """cattrs' words for a bad value, and a validator's own ("'line' must be >= 0: -1")."""
+    from cattrs.v import format_exception
+
+    if type(exc) is ValueError and expected is None and str(exc):
+        return f"invalid value ({exc})"
+    return format_exception(exc, expected)
+
+
 def _params_error(exc: Exception) -> str:
     """What was wrong with a message's params, by field: "expected int @ $.params.position.line"."""
     try:
-        details = transform_error(exc, path="$.params")
+        details = transform_error(exc, path="$.params", format_exception=_what_was_wrong)
     except Exception:  # noqa: BLE001 - the plain message is still better than none
         details = [str(exc)]
     return "; ".join(details[:5])
@@ -83,6 +92,20 @@ def _lsp_types(method: str) -> tuple[type | None, type | None, type | None]:
     """(message type, response type, params type) of an LSP method; Nones for one of our own."""
     known = types.METHOD_TO_TYPES.get(method)
     return (known[0], known[1], known[2]) if known else (None, None, None)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.title() for word in rest)
+
+
+def register_params_type(converter, cls: type) -> None:
+    """An attrs class of our own for a method's params, read like lsprotocol's: camelCase on the wire
+    (text_document <- textDocument), and unknown keys ignored (a newer client may send more)."""
+    from cattrs.gen import make_dict_structure_fn, override
+
+    renames = {f.name: override(rename=_camel(f.name)) for f in attrs.fields(cls) if "_" in f.name}
+    converter.register_structure_hook(cls, make_dict_structure_fn(cls, converter, **renames))
 
 
 def _is_request_type(message_type) -> bool:
@@ -96,6 +119,7 @@ class Connection:
         self.converter = converters.get_converter()
         self.requests: dict[str, Handler] = {}
         self.notifications: dict[str, Handler] = {}
+        self.params_types: dict[str, type] = {}  # our own methods' params (lsprotocol types the others)
         self.initialized = False  # a valid initialize request was handled
         self.shutting_down = False  # the shutdown request came: only exit is taken now
         # called with a request's ended timeline and id once its answer is written (lsp.py registers it)
@@ -115,20 +139,37 @@ class Connection:
 
     # --- the method table -------------------------------------------------------------------------
 
-    def request(self, method: str) -> Callable[[Handler], Handler]:
+    def request(self, method: str, params: type | None = None) -> Callable[[Handler], Handler]:
         """Decorator: `handler(params)` answers `method`'s requests (its return value, awaited
-        when it is a coroutine, is the result; RequestError is an error answer)."""
+        when it is a coroutine, is the result; RequestError is an error answer). `params`: the attrs
+        class of a method of our own's params (register_params_type); lsprotocol types the others."""
         def register(handler: Handler) -> Handler:
             self.requests[method] = handler
+            self._own_params(method, params)
             return handler
         return register
 
-    def notification(self, method: str) -> Callable[[Handler], Handler]:
-        """Decorator: `handler(params)` takes `method`'s notifications."""
+    def notification(self, method: str, params: type | None = None) -> Callable[[Handler], Handler]:
+        """Decorator: `handler(params)` takes `method`'s notifications (`params`: as for request)."""
         def register(handler: Handler) -> Handler:
             self.notifications[method] = handler
+            self._own_params(method, params)
             return handler
         return register
+
+    def _own_params(self, method: str, params: type | None) -> None:
+        if params is not None:
+            register_params_type(self.converter, params)
+            self.params_types[method] = params
+
+    def _structure(self, method: str, params: Any) -> Any:
+        """The params as their type (lsprotocol's, or one of ours: absent params are its defaults);
+        as they came for a method nobody typed. Raises what cattrs raises on a bad field."""
+        own = self.params_types.get(method)
+        if own is not None:
+            return self.converter.structure({} if params is None else params, own)
+        params_type = _lsp_types(method)[2]
+        return params if params_type is None else self.converter.structure(params, params_type)
 
     def in_flight(self) -> int:
         """Handlers still running, and our requests still waiting for the client (what the
@@ -194,13 +235,11 @@ class Connection:
         if refusal := self._refusal(msg_id, method, params):
             self.reply_error(msg_id, *refusal)
             return
-        _, _, params_type = _lsp_types(method)
-        if params_type is not None:  # the server's own methods take the params as they came
-            try:
-                params = self.converter.structure(params, params_type)
-            except Exception as exc:  # noqa: BLE001 - cattrs reports a bad field in many ways
-                self.reply_error(msg_id, INVALID_PARAMS, f"Invalid params for {method}: {_params_error(exc)}")
-                return
+        try:
+            params = self._structure(method, params)
+        except Exception as exc:  # noqa: BLE001 - cattrs reports a bad field in many ways
+            self.reply_error(msg_id, INVALID_PARAMS, f"Invalid params for {method}: {_params_error(exc)}")
+            return
         if method in TIMED_METHODS:
             self.received_at[msg_id] = self._reading  # popped by timeline_for, else by the answer
         answered = self._run_request(msg_id, method, params)
@@ -272,17 +311,15 @@ class Connection:
             else:
                 log.debug("ignored the notification %s, which this server does not handle", method)
             return
-        _, _, params_type = _lsp_types(method)
-        if params_type is not None:
-            try:
-                params = self.converter.structure(params, params_type)
-            except Exception as exc:  # noqa: BLE001 - any bad shape: the message is dropped, the server goes on
-                why = _params_error(exc)
-                if self.on_dropped is not None:  # it logs and tells the user
-                    self.on_dropped(method, why)
-                else:
-                    log.warning("dropped a %s notification with bad params: %s", method, why)
-                return
+        try:
+            params = self._structure(method, params)
+        except Exception as exc:  # noqa: BLE001 - any bad shape: the message is dropped, the server goes on
+            why = _params_error(exc)
+            if self.on_dropped is not None:  # it logs and tells the user
+                self.on_dropped(method, why)
+            else:
+                log.warning("dropped a %s notification with bad params: %s", method, why)
+            return
         try:
             result = handler(params)
         except Exception as exc:  # noqa: BLE001 - the next message must still be handled

@@ -467,12 +467,15 @@ async def test_code_the_user_visited_in_another_file_becomes_context(tmp_path, l
         row = functions[:functions.index("def helper_150(")].count("\n")
         for bad in ({"line": 3}, {"textDocument": {"uri": notes}, "line": -1},
                     {"textDocument": {"uri": notes}, "line": "x"}, {"textDocument": {"uri": "file:///nope.py"}, "line": 1}):
-            client.protocol.notify("memosight/visited", bad)  # ignored, with a log line
+            client.protocol.notify("memosight/visited", bad)  # ignored, and the bad field named
         client.protocol.notify("memosight/visited", {"textDocument": {"uri": notes}, "line": row})
         status = await lsp_status(client)  # the notifications have been handled
         assert list(status["recent_rows"].values()) == [[row]]  # the good one only (keys: the client's)
         ours = [r for r in caplog.records if r.name.startswith("memosight")]  # not the client's copy of them
-        assert sum("memosight/visited: expected" in r.message for r in ours) == 3
+        dropped = [r.message for r in ours if "memosight/visited message from the editor was malformed" in r.message]
+        assert len(dropped) == 3
+        assert "required field missing @ $.params.text_document" in dropped[0]
+        assert "'line' must be >= 0: -1" in dropped[1] and "expected int @ $.params.line" in dropped[2]
         assert sum("which is not open" in r.message for r in ours) == 1
         client.text_document_did_change(types.DidChangeTextDocumentParams(
             types.VersionedTextDocumentIdentifier(uri=main, version=2),
