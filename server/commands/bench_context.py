@@ -47,7 +47,7 @@ from ..context.languages import LANGUAGES_BY_SUFFIX
 from ..context.regions import REGION_KINDS
 from ..documents import Document
 from .common import CommandError, add_json_argument, print_result
-from .context_measures import PROXY_TOKEN, needle_figures, recall_and_match, typing_stability
+from ..bench.context_measures import PROXY_TOKEN, needle_figures, recall_and_match, typing_stability
 
 # Beside the packed context: plain left truncation at the same budget and at twice it; llama.vim's
 # window (256 lines before the cursor, 64 after, cut to the budget) at the same budget and at twice it,

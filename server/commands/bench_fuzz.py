@@ -39,7 +39,7 @@ from ..documents import text_digest
 from ..rpc import CONTENT_MODIFIED, INVALID_PARAMS
 from .bench_typing import percentile
 from .common import CommandError, add_json_argument, print_result, process_memory_mb, say
-from .fuzz_stream import (
+from ..bench.fuzz_stream import (
     COMPLETION,
     NON_ASCII_URI,
     SCRATCH,
@@ -52,7 +52,7 @@ from .fuzz_stream import (
     encode,
     frame,
 )
-from .lsp_client import read_frame
+from ..bench.lsp_client import read_frame
 
 ANSWER_TIMEOUT_S = 180.0  # for the last answers after the stream, a cold model included
 EXIT_TIMEOUT_S = 15.0  # for a server to leave once its client is gone

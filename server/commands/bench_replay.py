@@ -25,8 +25,8 @@ from os.path import commonprefix  # of any two strings
 from pathlib import Path
 
 from .common import CommandError, add_json_argument, print_result, step_progress
-from .lsp_client import suggestion_text
-from .replay_breakdown import breakdown, plot_breakdowns, render_breakdown
+from ..bench.lsp_client import suggestion_text
+from ..bench.replay_breakdown import breakdown, plot_breakdowns, render_breakdown
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -277,7 +277,7 @@ def count_stale(fut: asyncio.Future, stats, requests_when_cancelled: int) -> Non
 
 
 async def replay(args) -> dict:
-    from .lsp_client import LspProcess
+    from ..bench.lsp_client import LspProcess
 
     rng = random.Random(args.seed)
     functions = pick_functions(args.corpus, args.functions, args.max_chars, rng, args.min_lines)

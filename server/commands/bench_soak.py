@@ -38,7 +38,7 @@ from .bench_replay import (
     position_of,
 )
 from .common import CommandError, add_json_argument, print_result, process_memory_mb, step_progress
-from .lsp_client import suggestion_text
+from ..bench.lsp_client import suggestion_text
 
 # What the project file becomes, in turn: settings that change the context and the length, and
 # files a user might save half-written or wrong. None of them changes the model.
@@ -129,7 +129,7 @@ class Pair:
 
 
 async def soak(args) -> dict:
-    from .lsp_client import LspProcess
+    from ..bench.lsp_client import LspProcess
 
     rng = random.Random(args.seed)
     functions = pick_functions(args.corpus, 10_000, 400, rng)

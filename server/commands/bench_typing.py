@@ -145,11 +145,11 @@ def make_system(name: str, args, server):
     options.update(dict(args.set))
     log = f"{args.server_log}-{name}.log" if args.server_log else None
     if name == "memosight":
-        from .typing_lsp import LspSystem
+        from ..bench.typing_lsp import LspSystem
 
         return LspSystem(name, options, log_file=log)
     if name == "memosight-llamacpp":
-        from .typing_lsp import LspSystem
+        from ..bench.typing_lsp import LspSystem
 
         # No fallback, so every figure is llama-server's; its timeouts as a user of a CPU server sets
         # them (the defaults, 2 s to the first token, are for a team's GPU server: a cold prompt of
@@ -159,7 +159,7 @@ def make_system(name: str, args, server):
         if args.model:  # its tokenizer counts the budget and renders the FIM prompt
             options["backend"]["tokenizer"] = args.model
         return LspSystem(name, options, model_pid=server.process.pid, log_file=log)
-    from .typing_llamavim import LlamaVimSystem
+    from ..bench.typing_llamavim import LlamaVimSystem
 
     return LlamaVimSystem(server.url, server_pid=server.process.pid)
 

@@ -11,7 +11,7 @@ import os
 
 from hypothesis import strategies as st
 
-from memosight.server.commands.lsp_text import LspText, units  # noqa: F401 - the tests' import of them
+from memosight.server.bench.lsp_text import LspText, units  # noqa: F401 - the tests' import of them
 
 FUZZ_EXAMPLES = int(os.environ.get("MEMOSIGHT_FUZZ_EXAMPLES", "40"))
 

@@ -72,7 +72,7 @@ def test_exit_after_shutdown_quits_at_once_with_a_model_loaded(repeater_model_di
     import asyncio
     import os
 
-    from memosight.server.commands.lsp_client import LspProcess
+    from memosight.server.bench.lsp_client import LspProcess
 
     async def scenario():
         lsp = LspProcess([sys.executable, "-m", "memosight.server", "--stdio"],
@@ -102,7 +102,7 @@ def test_stdin_closed_with_work_in_flight_on_every_thread_exits_with_a_code_not_
     import asyncio
     import os
 
-    from memosight.server.commands.lsp_client import LspProcess
+    from memosight.server.bench.lsp_client import LspProcess
 
     text = "import os\n\n" + "".join(f"def f{i}(a, b):\n    return a + b * {i}\n\n" for i in range(60))
     text += "def main():\n    \n"

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from memosight.server.cli import main
-from memosight.server.commands.context_measures import _origin_lines
+from memosight.server.bench.context_measures import _origin_lines
 
 
 def test_bench_context_runs_without_a_model(tmp_path, capsys):

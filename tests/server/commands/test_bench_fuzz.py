@@ -10,7 +10,7 @@ from memosight.server.commands.bench_fuzz import (
     render,
     run_passed,
 )
-from memosight.server.commands.fuzz_stream import COMPLETION, INLINE, Asked
+from memosight.server.bench.fuzz_stream import COMPLETION, INLINE, Asked
 
 
 def answer(result=None, error=None, msg_id=1) -> dict:

@@ -3,7 +3,7 @@ import types
 from pathlib import Path
 
 from memosight.server.commands.bench_typing import Typed, summarize, taken, type_function
-from memosight.server.commands.typing_system import SystemStats
+from memosight.server.bench.typing_system import SystemStats
 
 
 def test_one_tab_takes_the_whole_suggestion_or_else_its_first_line_when_that_comes_next():

@@ -2,7 +2,7 @@ import itertools
 import json
 import random
 
-from memosight.server.commands.fuzz_stream import (
+from memosight.server.bench.fuzz_stream import (
     ACCEPTED_FLOOD,
     COMPLETION,
     INLINE,
@@ -16,7 +16,7 @@ from memosight.server.commands.fuzz_stream import (
     built_on_another_version,
     heavy_text,
 )
-from memosight.server.commands.lsp_text import LspText
+from memosight.server.bench.lsp_text import LspText
 from memosight.server.documents import MAX_DOCUMENT_BYTES, Document, Position
 
 NOISE = {"wrong_shape", "not_json", "junk_between_frames", "header_noise", "short_length"}

@@ -8,7 +8,7 @@ from collections import Counter
 from memosight.engine.bench.common import table  # plain text, no torch
 
 from ..timeline import spread
-from .common import CommandError
+from ..commands.common import CommandError
 
 def breakdown(client_ms: dict, recent: list[dict]) -> dict:
     """The server's stages of each answered request beside this client's own latency for it: per

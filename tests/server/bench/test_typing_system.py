@@ -5,9 +5,9 @@ import inspect
 
 import pytest
 
-from memosight.server.commands.typing_llamavim import LlamaVimSystem
-from memosight.server.commands.typing_lsp import LspSystem
-from memosight.server.commands.typing_system import SystemStats, TypingSystem
+from memosight.server.bench.typing_llamavim import LlamaVimSystem
+from memosight.server.bench.typing_lsp import LspSystem
+from memosight.server.bench.typing_system import SystemStats, TypingSystem
 
 # the events the typist sends, in the protocol's own words
 EVENTS = ["start", "open", "edit", "visible", "close", "stop"]

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from memosight.server.commands.common import CommandError
-from memosight.server.commands.replay_breakdown import breakdown, plot_breakdowns, render_breakdown
+from memosight.server.bench.replay_breakdown import breakdown, plot_breakdowns, render_breakdown
 
 
 def recent() -> list[dict]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from memosight.server.commands.common import CommandError
-from memosight.server.commands.context_measures import (
+from memosight.server.bench.context_measures import (
     FAR_LINES,
     PROXY_TOKEN,
     Tally,

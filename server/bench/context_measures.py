@@ -19,7 +19,7 @@ from ..context.truncation import truncate_around_cursor
 from ..context.window import chunk_of, window, window_with_chunks
 from ..context.workspace import WorkspaceIndex
 from ..documents import Document, Position
-from .common import CommandError
+from ..commands.common import CommandError
 
 FAR_LINES = 30  # an identifier is "far" when it first appears more than this many lines above the cursor
 LONG_FILE_LINES = 600  # "where the file is long": truncation at 512 tokens shows a few percent of it

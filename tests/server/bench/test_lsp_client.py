@@ -3,7 +3,7 @@
 import asyncio
 import sys
 
-from memosight.server.commands.lsp_client import LspProcess
+from memosight.server.bench.lsp_client import LspProcess
 
 from .stand_in_lsp import stand_in_server
 

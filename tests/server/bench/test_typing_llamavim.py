@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from memosight.server.commands.llamavim_ring import chunk_sim
-from memosight.server.commands.typing_llamavim import LlamaVimSystem
+from memosight.server.bench.llamavim_ring import chunk_sim
+from memosight.server.bench.typing_llamavim import LlamaVimSystem
 
 BUFFER = "def add(a, b):\n    return \n\nx = 1\n"
 START = BUFFER.index("\n\n")  # the end of "    return "

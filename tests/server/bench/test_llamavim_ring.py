@@ -1,6 +1,6 @@
 import random
 
-from memosight.server.commands.llamavim_ring import Ring
+from memosight.server.bench.llamavim_ring import Ring
 
 CFG = {"ring_n_chunks": 2, "ring_chunk_size": 64}
 

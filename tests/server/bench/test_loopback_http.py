@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from memosight.server.commands.loopback_http import post_json
+from memosight.server.bench.loopback_http import post_json
 
 
 async def raw_server(respond):

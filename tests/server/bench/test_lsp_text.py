@@ -1,4 +1,4 @@
-from memosight.server.commands.lsp_text import LspText
+from memosight.server.bench.lsp_text import LspText
 
 
 def test_lines_end_at_lf_crlf_or_cr_only():

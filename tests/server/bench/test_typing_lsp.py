@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from memosight.server.commands import typing_lsp
-from memosight.server.commands.lsp_client import LspProcess
-from memosight.server.commands.typing_lsp import LspSystem, position_of, process_cpu_seconds
+from memosight.server.bench import typing_lsp
+from memosight.server.bench.lsp_client import LspProcess
+from memosight.server.bench.typing_lsp import LspSystem, position_of, process_cpu_seconds
 
 from .stand_in_lsp import stand_in_server
 
