@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urlparse
 
 from .caching import LRU, content_hash
-from .context.languages import GRAMMAR_FOR_LANGUAGE_ID, parser_for
+from .languages import GRAMMAR_FOR_LANGUAGE_ID, parser_for
 
 LINE_END = re.compile(r"\r\n|\r|\n")
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024  # larger files are kept but get no completions

@@ -43,7 +43,7 @@ import argparse
 import random
 from pathlib import Path
 
-from ..context.languages import LANGUAGES_BY_SUFFIX
+from ..languages import LANGUAGES_BY_SUFFIX
 from ..context.regions import REGION_KINDS
 from ..documents import Document
 from .common import CommandError, add_json_argument, print_result

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ConfigSources, Settings, read_config_file
-from ..context.languages import LANGUAGES_BY_SUFFIX
+from ..languages import LANGUAGES_BY_SUFFIX
 from ..documents import Document
 from .common import CommandError, say
 

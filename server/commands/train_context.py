@@ -96,7 +96,7 @@ def _examples(count_tokens, args) -> tuple[list, list]:
 
 
 def _documents(files) -> list:
-    from ..context.languages import LANGUAGES_BY_SUFFIX
+    from ..languages import LANGUAGES_BY_SUFFIX
     from ..documents import Document
 
     docs = []

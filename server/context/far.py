@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import languages
+from .. import languages
 from .packed import Region
 from .regions import WEIGHTS, FileAnalysis, analyze, score_units
 from .rendering import Source, header, render

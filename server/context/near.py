@@ -7,7 +7,7 @@ far code around it; ContextCompressor._window decides the window from what these
 
 from __future__ import annotations
 
-from . import languages
+from .. import languages
 
 
 class Rows:

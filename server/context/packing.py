@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..caching import LRU, content_hash
-from . import languages
+from .. import languages
 from .far import CHARS_PER_TOKEN_MAX, FarPart, choose, score_sources
 from .near import Rows, error_near, function_rows
 from .packed import PackedContext, Region

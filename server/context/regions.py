@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..caching import LRU, content_hash
-from . import languages
+from .. import languages
 
 # --- the one table to tune ----------------------------------------------------------------------
 # Scores are comparable across kinds: the packer takes units by descending score while they fit.

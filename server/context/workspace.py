@@ -19,7 +19,7 @@ from stat import S_ISREG
 
 from ..caching import LRU
 from ..documents import Document
-from . import languages
+from .. import languages
 from .regions import analyze, identifiers
 
 log = logging.getLogger(__name__)

@@ -11,3 +11,28 @@ SERVER = Path(__file__).resolve().parents[2] / "server"
 
 def test_the_server_has_no_import_cycle():
     assert cycles(import_graph(SERVER, "memosight.server")) == []
+
+
+# The server's rooms from the bottom up: a room imports only from its own and the rooms below it.
+ROOMS = [
+    {"rpc", "framing", "timeline", "caching"},  # the wire, and what any room may use
+    {"documents", "config", "languages"},  # the editor's texts and the user's settings
+    {"context"},  # what a prompt is made of
+    {"suggest", "ahead", "completion_cache", "requests", "mode", "user_messages", "engine_choice"},  # the request
+    {"lsp", "editor_log", "__main__", "with_faults"},  # the LSP handlers and the process
+    {"commands", "bench", "cli"},  # the command-line tools and the benchmarks' harnesses
+]
+
+
+def room_of(module: str) -> int:
+    top = module.removeprefix("memosight.server").lstrip(".").split(".")[0] or "__init__"
+    found = [i for i, room in enumerate(ROOMS) if top in room]
+    assert found or top == "__init__", f"{module} is in no room: add it to ROOMS"
+    return found[0] if found else -1
+
+
+def test_no_room_imports_from_a_room_above_it():
+    graph = import_graph(SERVER, "memosight.server")
+    upward = [f"{a} -> {b}" for a, targets in sorted(graph.items()) for b in sorted(targets)
+              if room_of(b) > room_of(a) >= 0]
+    assert upward == []

@@ -1,5 +1,5 @@
 from memosight.server.context.far import FarPart, Source, choose
-from memosight.server.context.languages import parser_for
+from memosight.server.languages import parser_for
 from memosight.server.context.regions import analyze
 
 CODE = '''import os

@@ -1,5 +1,5 @@
 import pytest
-from memosight.server.context import languages
+from memosight.server import languages
 
 LANGUAGE_IDS = ["python", "javascript", "javascriptreact", "typescript", "typescriptreact", "go", "rust"]
 SNIPPETS = {
