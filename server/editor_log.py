@@ -55,14 +55,14 @@ class EditorLog:
         if len(self._sent) >= LOG_LINES_PER_MINUTE:
             return
         self._sent.append(now)
-        self._on_loop(self.connection.notify, types.WINDOW_LOG_MESSAGE, types.LogMessageParams(kind, message))
+        self.on_loop(self.connection.notify, types.WINDOW_LOG_MESSAGE, types.LogMessageParams(kind, message))
 
     def trace_line(self, message: str, verbose: str | None = None) -> None:
         """`$/logTrace`, when the editor asked for a trace (`verbose` only with "verbose")."""
         if self.trace == types.TraceValue.Off:
             return
         detail = verbose if self.trace == types.TraceValue.Verbose else None
-        self._on_loop(self.connection.notify, types.LOG_TRACE, types.LogTraceParams(message, detail))
+        self.on_loop(self.connection.notify, types.LOG_TRACE, types.LogTraceParams(message, detail))
 
     async def progress(self, title: str, message: str, work: Future) -> None:
         """A progress bar in the editor from now until `work` ends (where the client shows them)."""
@@ -84,10 +84,11 @@ class EditorLog:
             done = f"failed: {exc}"[:300]
         self.connection.notify(types.PROGRESS, types.ProgressParams(token, types.WorkDoneProgressEnd(message=done)))
 
-    def _on_loop(self, send, *args) -> None:
+    def on_loop(self, send, *args) -> bool:
+        """`send(*args)` on the connection's event loop, from any thread; False before initialize."""
         loop = self.loop
         if loop is None or loop.is_closed():
-            return
+            return False
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -96,6 +97,7 @@ class EditorLog:
             send(*args)
         else:
             loop.call_soon_threadsafe(send, *args)
+        return True
 
 
 class _Forward(logging.Handler):

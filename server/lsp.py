@@ -72,19 +72,15 @@ CAPABILITIES = types.ServerCapabilities(
 
 class MemoSightServer:
     def __init__(self, load_engine: Callable[[Settings], Engine] | None = None):
-        self.connection = Connection()
-        self.connection.on_error = self.report_server_error
-        self.connection.on_dropped = self.report_dropped
         self.client_capabilities = types.ClientCapabilities()  # the client's, from initialize
         self.documents = DocumentStore()
         self.config = ConfigSources()
         self.workspace_index: WorkspaceIndex | None = None  # set up at initialize, once the root is known
+        # a backend that fails is said as soon as the engine knows (the suggester says it once an hour)
         self.suggester = Suggester(load_engine, open_documents=self.documents.recent,
-                                   workspace=lambda: self.workspace_index)
-        self.connection.on_answered = self.suggester.record_timeline  # where a request's milliseconds went
-        # a backend that fails, said as soon as the engine knows (the suggester says it once an hour)
-        self.suggester.messages.say = lambda message: self.report(f"MemoSight: {message}", types.MessageType.Error,
-                                                         again=True)
+                                   workspace=lambda: self.workspace_index, say=self.say_now)
+        self.connection = Connection(on_answered=self.suggester.record_timeline,  # where a request's ms went
+                                     on_error=self.report_server_error, on_dropped=self.report_dropped)
         self.editor_log = EditorLog(self.connection)  # window/logMessage, $/progress, $/logTrace
         self.initialized = False  # the client may be sent requests (a progress bar's token) from then on
         self._loading: object = None  # the engine load a progress bar was shown for
@@ -111,6 +107,10 @@ class MemoSightServer:
         self._reported.add(message)
         self._popup_times.append(now)
         self.connection.notify(types.WINDOW_SHOW_MESSAGE, types.ShowMessageParams(type=kind, message=message))
+
+    def say_now(self, message: str) -> bool:
+        """An error from the engine's thread, shown on the event loop; False before the client is there."""
+        return self.editor_log.on_loop(self.report, f"MemoSight: {message}", types.MessageType.Error, True)
 
     def report_server_error(self, error: Exception, method: str) -> None:
         """A notification's handler failed: logged (rpc.py), and shown like the server's own messages."""

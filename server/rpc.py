@@ -115,18 +115,20 @@ def _is_request_type(message_type) -> bool:
 class Connection:
     """One client's JSON-RPC session: its handlers, the requests in flight both ways, the writer."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_answered: Callable[[Timeline, object], None] | None = None,
+                 on_error: Callable[[Exception, str], None] | None = None,
+                 on_dropped: Callable[[str, str], None] | None = None) -> None:
         self.converter = converters.get_converter()
         self.requests: dict[str, Handler] = {}
         self.notifications: dict[str, Handler] = {}
         self.params_types: dict[str, type] = {}  # our own methods' params (lsprotocol types the others)
         self.initialized = False  # a valid initialize request was handled
         self.shutting_down = False  # the shutdown request came: only exit is taken now
-        # called with a request's ended timeline and id once its answer is written (lsp.py registers it)
-        self.on_answered: Callable[[Timeline, object], None] | None = None
-        # called with a notification handler's failure and the method (lsp.py shows it to the user)
-        self.on_error: Callable[[Exception, str], None] | None = None
-        self.on_dropped: Callable[[str, str], None] | None = None  # (method, why) of a malformed notification
+        # called with a request's ended timeline and id once its answer is written
+        self.on_answered = on_answered
+        # called with a notification handler's failure and the method (the server shows it to the user)
+        self.on_error = on_error
+        self.on_dropped = on_dropped  # (method, why) of a malformed notification
         self._writer = None
         self.closed = False  # the client is gone: nothing more is written or read
         self._running: dict[Any, asyncio.Task] = {}  # request id -> its handler's task, until answered

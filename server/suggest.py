@@ -42,9 +42,10 @@ class Suggester:
 
     def __init__(self, load_engine: Callable[[Settings], Engine] | None = None, *,
                  open_documents: Callable[[], list[Document]] = list,
-                 workspace: Callable[[], WorkspaceIndex | None] = lambda: None, fallback: bool = True):
+                 workspace: Callable[[], WorkspaceIndex | None] = lambda: None, fallback: bool = True,
+                 say: Callable[[str], bool] | None = None):
         self._workspace = workspace  # the workspace index: its root, its state in status()
-        self.messages = UserMessages()
+        self.messages = UserMessages(say)  # `say`: a message shown at once, from any thread
         # the server falls back to the defaults and says so; a command-line run says no
         self.engine = EngineHolder(load_engine or (lambda settings: load_engine_from_settings(
             settings, str(getattr(self._workspace(), "root", "") or ""))), self.messages.waiting.append if fallback else None)
@@ -126,7 +127,6 @@ class Suggester:
         goes (see timeline.py); the caller ends it once the answer is written.
         """
         timeline = timeline if timeline is not None else Timeline()
-        self.messages.loop = asyncio.get_running_loop()
         try:
             suggestion = await self._suggest(ticket, settings, on_partial, cold, timeline)
             if suggestion is not None and suggestion.stop_reason != "first_line":  # else: its run goes on

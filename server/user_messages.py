@@ -1,10 +1,9 @@
 """What the user is told about the engine, and when: a failing backend at once (from the engine
-thread, through the `say` hook lsp.py sets), other failures with the next answer, each kind once an
-hour, so that a server that is down is one message and not one per keystroke."""
+thread, through the `say` the server gives it), other failures with the next answer, each kind once
+an hour, so that a server that is down is one message and not one per keystroke."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
@@ -13,10 +12,10 @@ HOUR_S = 3600.0
 
 
 class UserMessages:
-    def __init__(self) -> None:
+    def __init__(self, say: Callable[[str], bool] | None = None) -> None:
         self.waiting: deque[str] = deque(maxlen=32)  # to go out with the next answer (filled on any thread)
-        self.say: Callable[[str], None] | None = None  # shows a message now, on the event loop (lsp sets it)
-        self.loop: asyncio.AbstractEventLoop | None = None  # the requests' event loop, for `say`
+        # shows a message now, from any thread; False when it cannot yet (no client): it waits then
+        self.say = say
         self.notices: dict[str, dict] = {}  # the engine's notices by kind (a handful of kinds): for status
         self._said: dict[str, float] = {}  # kind -> when it was last said, in the order they were said
 
@@ -27,10 +26,7 @@ class UserMessages:
         self.notices[kind] = {"message": message, "count": seen["count"] + 1, "at": time.time()}
         if not self.first_this_hour(kind):
             return
-        loop, say = self.loop, self.say
-        if say is not None and loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(say, message)
-        else:
+        if self.say is None or not self.say(message):
             self.waiting.append(message)
 
     def failure(self, kind: str, message: str) -> None:

@@ -228,9 +228,9 @@ def body(msg_id, method, params=None) -> bytes:
 
 
 async def test_a_connection_answers_each_request_once_from_sync_async_failing_and_cancelled_handlers():
-    connection, out, failed = Connection(), Captured(), []
+    failed = []
+    connection, out = Connection(on_error=lambda exc, method: failed.append((method, str(exc)))), Captured()
     connection.set_writer(out)
-    connection.on_error = lambda exc, method: failed.append((method, str(exc)))
     release = asyncio.Event()
     connection.request("initialize")(lambda params: {"root": params.root_uri})  # typed by lsprotocol
     connection.request("x/echo")(lambda params: params)  # our own method: the params as sent
@@ -278,9 +278,8 @@ async def test_a_connection_answers_each_request_once_from_sync_async_failing_an
 
 
 async def test_a_request_is_answered_once_even_when_recording_its_timeline_fails():
-    connection, out = Connection(), Captured()
+    connection, out = Connection(on_answered=lambda timeline, msg_id: 1 / 0), Captured()  # a hook that fails
     connection.set_writer(out)
-    connection.on_answered = lambda timeline, msg_id: 1 / 0
     connection.request("initialize")(lambda params: None)
 
     @connection.request("textDocument/inlineCompletion")
