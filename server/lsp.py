@@ -381,7 +381,7 @@ def _arrived(ls: MemoSightServer, uri: str, position: types.Position) -> Ticket:
 
 
 async def _inline_answer(ls: MemoSightServer, ticket: Ticket, position: types.Position):
-    suggestion = await _suggest(ls, ticket, position)
+    suggestion = await _suggestion_for(ls, ticket, position)
     if suggestion is None:
         return types.InlineCompletionList(items=[])
     # No range: the text is inserted at the cursor. (Neovim draws an item that has a range as an
@@ -393,14 +393,15 @@ async def _inline_answer(ls: MemoSightServer, ticket: Ticket, position: types.Po
 
 
 async def _completion_answer(ls: MemoSightServer, ticket: Ticket, position: types.Position):
-    suggestion = await _suggest(ls, ticket, position)
+    suggestion = await _suggestion_for(ls, ticket, position)
     if suggestion is None:
         return types.CompletionList(is_incomplete=True, items=[])
     # built on the text the request saw: its range is in that version's positions
     return types.CompletionList(is_incomplete=True, items=[_completion_item(ticket.seen, suggestion)])
 
 
-async def _suggest(ls: MemoSightServer, ticket: Ticket, position: types.Position) -> Suggestion | None:
+async def _suggestion_for(ls: MemoSightServer, ticket: Ticket, position: types.Position) -> Suggestion | None:
+    """The request's checks (language, size, binary), then the suggester's answer, its messages shown."""
     request_id = current_request_id()
     timeline = ls.connection.timeline_for(request_id)  # ended when the answer is written (rpc.py)
     doc, uri = ticket.seen, ticket.seen.uri

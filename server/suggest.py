@@ -128,7 +128,7 @@ class Suggester:
         """
         timeline = timeline if timeline is not None else Timeline()
         try:
-            suggestion = await self._suggest(ticket, settings, on_partial, cold, timeline)
+            suggestion = await self._keystroke(ticket, settings, on_partial, cold, timeline)
             if suggestion is not None and suggestion.stop_reason != "first_line":  # else: its run goes on
                 self.ahead.prefetch(ticket, suggestion.text, settings)
         except Exception as exc:  # not CancelledError: that is the client's cancel, and propagates  # noqa: BLE001 - the server answers every request and stays up
@@ -142,8 +142,8 @@ class Suggester:
             timeline.kind = "empty"
         return Answer(suggestion, ticket.seen, self.messages.take())
 
-    async def _suggest(self, ticket: Ticket, settings: Settings, on_partial, cold: bool,
-                       timeline: Timeline) -> Suggestion | None:
+    async def _keystroke(self, ticket: Ticket, settings: Settings, on_partial, cold: bool,
+                         timeline: Timeline) -> Suggestion | None:
         """A keystroke's request, step by step."""
         self.counters.requests += 1
         started = time.perf_counter()
