@@ -31,6 +31,7 @@ from .rpc import (
     current_request_id,
 )
 from .suggest import Suggester, Suggestion
+from .timeline import Timelines
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,9 @@ class MemoSightServer:
         # a backend that fails is said as soon as the engine knows (the suggester says it once an hour)
         self.suggester = Suggester(load_engine, open_documents=self.documents.recent,
                                    workspace=lambda: self.workspace_index, say=self.say_now)
-        self.connection = Connection(on_answered=self.suggester.record_timeline,  # where a request's ms went
-                                     on_error=self.report_server_error, on_dropped=self.report_dropped)
+        self.timelines = Timelines(self.suggester.record_timeline)  # where each completion's ms went
+        self.connection = Connection(on_answered=self.timelines.answered, on_error=self.report_server_error,
+                                     on_dropped=self.report_dropped)
         self.editor_log = EditorLog(self.connection)  # window/logMessage, $/progress, $/logTrace
         self.initialized = False  # the client may be sent requests (a progress bar's token) from then on
         self._loading: object = None  # the engine load a progress bar was shown for
@@ -403,7 +405,7 @@ async def _completion_answer(ls: MemoSightServer, ticket: Ticket, position: type
 async def _suggestion_for(ls: MemoSightServer, ticket: Ticket, position: types.Position) -> Suggestion | None:
     """The request's checks (language, size, binary), then the suggester's answer, its messages shown."""
     request_id = current_request_id()
-    timeline = ls.connection.timeline_for(request_id)  # ended when the answer is written (rpc.py)
+    timeline = ls.timelines.start(request_id, ls.connection.read_at.get(request_id))  # ended once answered
     doc, uri = ticket.seen, ticket.seen.uri
     ls.reload_config_file_if_changed()
     settings = ls.settings

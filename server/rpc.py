@@ -28,7 +28,6 @@ from cattrs import transform_error
 from lsprotocol import converters, types
 
 from .framing import MAX_MESSAGE_BYTES, Framer, top_level_id, usable_id
-from .timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +39,6 @@ INTERNAL_ERROR = -32603
 SERVER_NOT_INITIALIZED = -32002
 REQUEST_CANCELLED = -32800
 CONTENT_MODIFIED = -32801  # LSP: the document changed under a request in flight
-# requests whose latency is broken down by stage (timeline.py)
-TIMED_METHODS = {types.TEXT_DOCUMENT_INLINE_COMPLETION, types.TEXT_DOCUMENT_COMPLETION}
 
 Handler = Callable[[Any], Any]  # takes the params (typed where lsprotocol or its registration knows the method); may be async
 
@@ -115,7 +112,7 @@ def _is_request_type(message_type) -> bool:
 class Connection:
     """One client's JSON-RPC session: its handlers, the requests in flight both ways, the writer."""
 
-    def __init__(self, on_answered: Callable[[Timeline, object], None] | None = None,
+    def __init__(self, on_answered: Callable[[Any, int | None, float], None] | None = None,
                  on_error: Callable[[Exception, str], None] | None = None,
                  on_dropped: Callable[[str, str], None] | None = None) -> None:
         self.converter = converters.get_converter()
@@ -124,7 +121,8 @@ class Connection:
         self.params_types: dict[str, type] = {}  # our own methods' params (lsprotocol types the others)
         self.initialized = False  # a valid initialize request was handled
         self.shutting_down = False  # the shutdown request came: only exit is taken now
-        # called with a request's ended timeline and id once its answer is written
+        # called with a request's id, its error code (None: a result) and when its writing began,
+        # once its answer is written (the server's timelines end there)
         self.on_answered = on_answered
         # called with a notification handler's failure and the method (the server shows it to the user)
         self.on_error = on_error
@@ -136,8 +134,7 @@ class Connection:
         self._waiting: dict[Any, tuple[asyncio.Future, type | None]] = {}  # our requests to the client
         self._ids = itertools.count(1)
         self._reading = 0.0  # when the message being dispatched was read
-        self.received_at: dict = {}  # request id -> when it was read (for the completion handlers)
-        self.timelines: dict = {}  # request id -> its Timeline, ended once its answer is written
+        self.read_at: dict = {}  # request id -> when it was read, until it is answered
 
     # --- the method table -------------------------------------------------------------------------
 
@@ -242,8 +239,7 @@ class Connection:
         except Exception as exc:  # noqa: BLE001 - cattrs reports a bad field in many ways
             self.reply_error(msg_id, INVALID_PARAMS, f"Invalid params for {method}: {_params_error(exc)}")
             return
-        if method in TIMED_METHODS:
-            self.received_at[msg_id] = self._reading  # popped by timeline_for, else by the answer
+        self.read_at[msg_id] = self._reading
         answered = self._run_request(msg_id, method, params)
         if method == types.INITIALIZE and answered:  # a failed one may be sent again
             self.initialized = True
@@ -430,31 +426,16 @@ class Connection:
                     error_code=code)
 
     def _reply(self, msg_id: Any, body: bytes, error_code: int | None) -> None:
-        """Writes the one answer to `msg_id`, then ends its timeline (if it has one)."""
-        self.received_at.pop(msg_id, None)  # a request answered before its handler asked for its stamp
-        timeline = self.timelines.pop(msg_id, None) if msg_id is not None else None
-        if timeline is not None:
-            timeline.mark("resume")  # the event loop, from the handler's end to here
+        """Writes the one answer to `msg_id`, then tells the server (on_answered)."""
+        self.read_at.pop(msg_id, None)
+        writing = time.perf_counter()
         self._write(body)
-        if timeline is None or self.on_answered is None:
+        if self.on_answered is None or msg_id is None:
             return
-        timeline.mark("reply")
-        if error_code is not None:
-            timeline.kind = "cancelled" if error_code == REQUEST_CANCELLED else "error"
         try:
-            self.on_answered(timeline, msg_id)
+            self.on_answered(msg_id, error_code, writing)
         except Exception:  # noqa: BLE001 - the figures are the server's; the answer is out already
-            log.exception("recording the timeline of %r failed", msg_id)
-
-    # --- timing: where a completion request's milliseconds go (timeline.py) ----------------------
-
-    def timeline_for(self, msg_id) -> Timeline:
-        """A timeline for the request being handled, started when it was read; its answer, when
-        written, ends it and hands it to the server's figures."""
-        timeline = Timeline(self.received_at.pop(msg_id, None))
-        timeline.mark("queue")
-        self.timelines[msg_id] = timeline
-        return timeline
+            log.exception("the server's hook for the answer to %r failed", msg_id)
 
 
 async def serve(read: Callable[[int], Awaitable[bytes]], connection: Connection,

@@ -23,8 +23,39 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from .rpc import REQUEST_CANCELLED
+
 ORDER = ("queue", "handler", "engine_wait", "workspace", "context", "render", "kv_lookup", "prefill",
          "decode", "stop_rule", "finish", "engine", "post", "resume", "reply", "joined")
+
+
+class Timelines:
+    """The timelines of the completion requests in flight, by request id: each started when its
+    request was read off the wire (the connection's `read_at`), and ended once its answer is written
+    (the connection's `on_answered` calls `answered`), then handed to `record`."""
+
+    def __init__(self, record) -> None:
+        self._record = record  # (timeline, request id) -> None: the server's running figures
+        self._open: dict = {}
+
+    def start(self, request_id, read_at: float | None) -> Timeline:
+        timeline = Timeline(read_at)
+        timeline.mark("queue")
+        self._open[request_id] = timeline
+        return timeline
+
+    def answered(self, request_id, error_code: int | None, writing: float) -> None:
+        timeline = self._open.pop(request_id, None)
+        if timeline is None:  # not a completion request
+            return
+        timeline.mark("resume", at=writing)  # the event loop, from the handler's end to the write
+        timeline.mark("reply")
+        if error_code is not None:
+            timeline.kind = "cancelled" if error_code == REQUEST_CANCELLED else "error"
+        self._record(timeline, request_id)
+
+    def __len__(self) -> int:
+        return len(self._open)
 
 
 class Timeline:
@@ -42,14 +73,14 @@ class Timeline:
         self.stop_reason = ""
         self.ended: float | None = None
 
-    def mark(self, stage: str) -> None:
-        """The time since the last mark was spent in `stage`."""
-        self.split({}, rest=stage)
+    def mark(self, stage: str, at: float | None = None) -> None:
+        """The time since the last mark (until `at`, a perf_counter time; default now) was spent in `stage`."""
+        self.split({}, rest=stage, at=at)
 
-    def split(self, parts: dict[str, float], rest: str) -> None:
+    def split(self, parts: dict[str, float], rest: str, at: float | None = None) -> None:
         """The time since the last mark was spent in `parts` (ms, as measured inside it), and what
         they do not account for in `rest`."""
-        now = time.perf_counter()
+        now = time.perf_counter() if at is None else at
         elapsed = (now - self._last) * 1000
         for stage, ms in (*parts.items(), (rest, max(0.0, elapsed - sum(parts.values())))):
             self.stages[stage] = self.stages.get(stage, 0.0) + ms

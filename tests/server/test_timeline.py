@@ -1,7 +1,7 @@
 import time
 
 import pytest
-from memosight.server.timeline import ORDER, StageStats, Timeline
+from memosight.server.timeline import ORDER, StageStats, Timeline, Timelines
 
 
 def test_marks_give_each_stage_the_time_since_the_last_and_add_up_to_the_whole():
@@ -39,3 +39,21 @@ def test_stage_stats_give_percentiles_per_request_and_keep_the_recent_timelines(
     assert "prefill" not in out["stages_ms"]  # never spent: left out
     assert [r["id"] for r in out["recent"]] == list(range(10))
     assert "recent" not in stats.to_json()
+
+
+def test_a_completions_timeline_runs_from_when_it_was_read_to_when_its_answer_was_written():
+    recorded = []
+    timelines = Timelines(lambda timeline, request_id: recorded.append((request_id, timeline)))
+    read = time.perf_counter()
+    timeline = timelines.start(7, read_at=read)
+    timeline.mark("handler")
+    writing = time.perf_counter()
+    timelines.answered(8, None, writing)  # another request (no timeline): nothing recorded
+    assert recorded == [] and len(timelines) == 1
+    timelines.answered(7, -32800, writing)
+    (request_id, done), = recorded
+    assert request_id == 7 and done is timeline and done.kind == "cancelled" and len(timelines) == 0
+    assert list(done.stages) == ["queue", "handler", "resume", "reply"]
+    assert sum(done.stages.values()) == pytest.approx((time.perf_counter() - read) * 1000, abs=5)
+    assert done.stages["resume"] == pytest.approx((writing - read) * 1000 - done.stages["queue"]
+                                                  - done.stages["handler"], abs=0.01)
