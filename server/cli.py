@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .commands.common import CommandError
 
+    _end_on_sigterm()
     try:
         return int(_load(args._module).run(args) or 0)
     except (CommandError, EngineError) as exc:  # the user can fix these: one line, no traceback
@@ -76,6 +77,25 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the command is, so that it ends through its cleanup as on Ctrl-C (the
+    llama-server and memosight-lsp processes a benchmark started are closed, not orphaned)."""
+
+
+def _end_on_sigterm() -> None:
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        def terminated(signum, frame):
+            raise Terminated
+
+        signal.signal(signal.SIGTERM, terminated)
 
 
 if __name__ == "__main__":

@@ -91,143 +91,149 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
                     and (not m.startswith("hf_") or not on_llamacpp)
                     and (m not in LLAMA_METHODS or (gguf is not None and engine.device.type == "cpu"))
                     and (m not in servers or bin_dir is not None))
-    llama = {m: LlamaServerDecoder(gguf, threads, bin_dir, SERVER_SPEC.get(m)) if m in servers
-             else LlamaCppDecoder(gguf, threads, prompt_lookup=m == "llama_prompt_lookup")
-             for m in methods if m in LLAMA_METHODS}
-    rng = random.Random(seed)
-    cases = []
-    files = source_files(corpus)
-    rng.shuffle(files)
-    for path in files:
-        text = path.read_text(encoding="utf-8", errors="replace")
-        for cut in cut_points(text, 2, rng):
-            cases.append((_prompt(engine, text, cut, prompt_chars, prompt_tokens), rng.randint(min_new, max_new)))
-        if len(cases) >= prompts:
-            break
-    cases = cases[:prompts]
-    model, eos = engine.model, sorted(engine.eos_ids)
+    # Every llama.cpp baseline is closed however the run ends (an error, Ctrl-C, SIGTERM as SystemExit):
+    # each may be a llama-server process of its own.
+    llama: dict = {}
+    try:
+        for m in methods:
+            if m in LLAMA_METHODS:
+                llama[m] = (LlamaServerDecoder(gguf, threads, bin_dir, SERVER_SPEC.get(m)) if m in servers
+                            else LlamaCppDecoder(gguf, threads, prompt_lookup=m == "llama_prompt_lookup"))
+        rng = random.Random(seed)
+        cases = []
+        files = source_files(corpus)
+        rng.shuffle(files)
+        for path in files:
+            text = path.read_text(encoding="utf-8", errors="replace")
+            for cut in cut_points(text, 2, rng):
+                cases.append((_prompt(engine, text, cut, prompt_chars, prompt_tokens), rng.randint(min_new, max_new)))
+            if len(cases) >= prompts:
+                break
+        cases = cases[:prompts]
+        model, eos = engine.model, sorted(engine.eos_ids)
 
-    def hf(ids, n, **kw):
-        out = model.generate(torch.tensor([ids], device=engine.device), max_new_tokens=n, do_sample=False,
-                             eos_token_id=eos, pad_token_id=eos[0], **kw)
-        return out[0, len(ids):].tolist()
+        def hf(ids, n, **kw):
+            out = model.generate(torch.tensor([ids], device=engine.device), max_new_tokens=n, do_sample=False,
+                                 eos_token_id=eos, pad_token_id=eos[0], **kw)
+            return out[0, len(ids):].tolist()
 
-    def sync() -> None:
-        if engine.device.type == "cuda":
-            torch.cuda.synchronize()
+        def sync() -> None:
+            if engine.device.type == "cuda":
+                torch.cuda.synchronize()
 
-    @torch.inference_mode()
-    def prefill(method, ids) -> dict:
-        """All but the last prompt token into the method's cache: what a keystroke finds cached."""
-        if method.startswith("hf_"):
-            return kv.transformers_prefill(model, ids[:-1])
-        if method in llama:
-            llama[method].prefill(ids[:-1])
+        @torch.inference_mode()
+        def prefill(method, ids) -> dict:
+            """All but the last prompt token into the method's cache: what a keystroke finds cached."""
+            if method.startswith("hf_"):
+                return kv.transformers_prefill(model, ids[:-1])
+            if method in llama:
+                llama[method].prefill(ids[:-1])
+                return {}
+            if on_llamacpp:  # its generate() prefills from a fresh cache itself (timed, and taken off below)
+                return {}
+            engine.prompt_cache.clear()
+            engine.prompt_cache.prefill_hidden(model, ids[:-1])
+            for source in speculators[method].drafters if method in speculators else []:
+                if isinstance(source, DraftModel):  # the draft's cache too, as a keystroke finds it
+                    source.warm(ids[:-1])
             return {}
-        if on_llamacpp:  # its generate() prefills from a fresh cache itself (timed, and taken off below)
-            return {}
-        engine.prompt_cache.clear()
-        engine.prompt_cache.prefill_hidden(model, ids[:-1])
-        for source in speculators[method].drafters if method in speculators else []:
-            if isinstance(source, DraftModel):  # the draft's cache too, as a keystroke finds it
-                source.warm(ids[:-1])
-        return {}
 
-    results = {m: {"seconds": 0.0, "prefill_seconds": 0.0, "tokens": 0, "match": 0, "plain_match": 0,
-                   "differences": []} for m in methods}
-    # One speculator per method for the whole run, as the engine keeps one across requests: what its
-    # controller learns about the sources (which pay, which cost more time than they save) carries
-    # over. Each has sources of its own, so that no method's figures or learning leak into another's.
-    def sources(method: str) -> list:
-        return [d.fresh() for d in engine.speculator.drafters if "*" in _names(method) or d.name in _names(method)]
+        results = {m: {"seconds": 0.0, "prefill_seconds": 0.0, "tokens": 0, "match": 0, "plain_match": 0,
+                       "differences": []} for m in methods}
+        # One speculator per method for the whole run, as the engine keeps one across requests: what its
+        # controller learns about the sources (which pay, which cost more time than they save) carries
+        # over. Each has sources of its own, so that no method's figures or learning leak into another's.
+        def sources(method: str) -> list:
+            return [d.fresh() for d in engine.speculator.drafters if "*" in _names(method) or d.name in _names(method)]
 
-    speculators = {m: Speculator(sources(m)) for m in methods if m.startswith("spec_")}
-    reference: list[list[int]] = []
-    for i, (ids, n) in enumerate(cases):
-        # Our own greedy loop: what "lossless" means where transformers' greedy is not one answer
-        # (int8: its output depends on how the prompt was split into forward passes).
-        plain = engine.generate(ids, n, speculative=False)
-        reference.append(plain if on_llamacpp else hf(ids, n))  # also warms up this prompt length
-        order = list(methods)
-        rng.shuffle(order)
-        for method in order:
-            sync()
-            start = time.perf_counter()
-            cached = prefill(method, ids)
-            sync()  # GPU work is asynchronous: the clock must wait for it
-            decoding = time.perf_counter()
-            if method == "hf_greedy":
-                out = hf(ids, n, **cached)
-            elif method == "hf_prompt_lookup":
-                # Its candidate generator goes wrong on a prefilled cache (the output stops matching
-                # greedy), so it runs from the bare prompt, and its own prefill is taken off below.
-                out = hf(ids, n, prompt_lookup_num_tokens=10)
-            elif method == "hf_assisted":  # the same: from the bare prompt, the prefill taken off
-                out = hf(ids, n, assistant_model=draft.model)
-            elif method in llama:
-                out = llama[method].generate(ids, n, engine.eos_ids)
-            elif method == "plain":
-                out = engine.generate(ids, n, speculative=False)
-            else:
-                engine.speculator = speculators[method]
-                out = engine.generate(ids, n, speculative=True)
-            sync()
-            prefill_seconds = decoding - start
-            decode_seconds = time.perf_counter() - decoding
-            if method in ("hf_prompt_lookup", "hf_assisted"):  # the same prefill happened inside generate
-                decode_seconds = max(decode_seconds - prefill_seconds, 1e-9)
-            elif on_llamacpp and method not in llama:  # the prefill generate() did, as the runtime timed it
-                prefill_seconds = (engine.runtime.last_lookup_ms + engine.runtime.last_prefill_ms) / 1000
-                decode_seconds = max(decode_seconds - prefill_seconds, 1e-9)
-            results[method]["seconds"] += decode_seconds
-            results[method]["prefill_seconds"] += prefill_seconds
-            results[method]["tokens"] += len(out)
-            results[method]["match"] += int(out == reference[i])
-            results[method]["plain_match"] += int(out == plain)
-            if out != plain and method != "plain":
-                results[method]["differences"].append(first_difference(engine, ids, plain, out, i))
-        progress(i + 1, len(cases))
+        speculators = {m: Speculator(sources(m)) for m in methods if m.startswith("spec_")}
+        reference: list[list[int]] = []
+        for i, (ids, n) in enumerate(cases):
+            # Our own greedy loop: what "lossless" means where transformers' greedy is not one answer
+            # (int8: its output depends on how the prompt was split into forward passes).
+            plain = engine.generate(ids, n, speculative=False)
+            reference.append(plain if on_llamacpp else hf(ids, n))  # also warms up this prompt length
+            order = list(methods)
+            rng.shuffle(order)
+            for method in order:
+                sync()
+                start = time.perf_counter()
+                cached = prefill(method, ids)
+                sync()  # GPU work is asynchronous: the clock must wait for it
+                decoding = time.perf_counter()
+                if method == "hf_greedy":
+                    out = hf(ids, n, **cached)
+                elif method == "hf_prompt_lookup":
+                    # Its candidate generator goes wrong on a prefilled cache (the output stops matching
+                    # greedy), so it runs from the bare prompt, and its own prefill is taken off below.
+                    out = hf(ids, n, prompt_lookup_num_tokens=10)
+                elif method == "hf_assisted":  # the same: from the bare prompt, the prefill taken off
+                    out = hf(ids, n, assistant_model=draft.model)
+                elif method in llama:
+                    out = llama[method].generate(ids, n, engine.eos_ids)
+                elif method == "plain":
+                    out = engine.generate(ids, n, speculative=False)
+                else:
+                    engine.speculator = speculators[method]
+                    out = engine.generate(ids, n, speculative=True)
+                sync()
+                prefill_seconds = decoding - start
+                decode_seconds = time.perf_counter() - decoding
+                if method in ("hf_prompt_lookup", "hf_assisted"):  # the same prefill happened inside generate
+                    decode_seconds = max(decode_seconds - prefill_seconds, 1e-9)
+                elif on_llamacpp and method not in llama:  # the prefill generate() did, as the runtime timed it
+                    prefill_seconds = (engine.runtime.last_lookup_ms + engine.runtime.last_prefill_ms) / 1000
+                    decode_seconds = max(decode_seconds - prefill_seconds, 1e-9)
+                results[method]["seconds"] += decode_seconds
+                results[method]["prefill_seconds"] += prefill_seconds
+                results[method]["tokens"] += len(out)
+                results[method]["match"] += int(out == reference[i])
+                results[method]["plain_match"] += int(out == plain)
+                if out != plain and method != "plain":
+                    results[method]["differences"].append(first_difference(engine, ids, plain, out, i))
+            progress(i + 1, len(cases))
 
-    def rate(r, with_prefill=False):
-        seconds = r["seconds"] + (r["prefill_seconds"] if with_prefill else 0.0)
-        return r["tokens"] / seconds if seconds else 0.0
+        def rate(r, with_prefill=False):
+            seconds = r["seconds"] + (r["prefill_seconds"] if with_prefill else 0.0)
+            return r["tokens"] / seconds if seconds else 0.0
 
-    base = results.get("hf_greedy") or results.get("plain")
-    cpp = results.get("llama_server") or results.get("llama_greedy")  # native where built
-    rows = []
-    for method in methods:
-        r = results[method]
-        s = speculators[method].to_json() if method in speculators else None
-        rows.append({
-            "method": method, "tokens_per_s": round(rate(r), 1),
-            "speedup": round(rate(r) / rate(base), 3) if base else None,
-            "tokens_per_s_with_prefill": round(rate(r, True), 1),
-            "speedup_with_prefill": round(rate(r, True) / rate(base, True), 3) if base else None,
-            "vs_llama_cpp": round(rate(r) / rate(cpp), 3) if cpp else None,
-            "vs_llama_cpp_with_prefill": round(rate(r, True) / rate(cpp, True), 3) if cpp else None,
-            "tokens_per_step": s["tokens_per_step"] if s else None,
-            "exact_match": round(r["match"] / len(cases), 4),
-            "plain_match": round(r["plain_match"] / len(cases), 4),
-            "sources": s["sources"] if s else None, "head_accuracy": s.get("head_accuracy") if s else None,
-            "differences": r["differences"],
-        })
-    engine.speculator = speculators.get("spec_all", engine.speculator)
-    plain = results.get("plain")
-    step_floor = None
-    if plain and plain["tokens"] and engine.device.type == "cpu" and engine.model is not None:
-        from ..runtime.lean import decoder_for
-        from .floor import floor
+        base = results.get("hf_greedy") or results.get("plain")
+        cpp = results.get("llama_server") or results.get("llama_greedy")  # native where built
+        rows = []
+        for method in methods:
+            r = results[method]
+            s = speculators[method].to_json() if method in speculators else None
+            rows.append({
+                "method": method, "tokens_per_s": round(rate(r), 1),
+                "speedup": round(rate(r) / rate(base), 3) if base else None,
+                "tokens_per_s_with_prefill": round(rate(r, True), 1),
+                "speedup_with_prefill": round(rate(r, True) / rate(base, True), 3) if base else None,
+                "vs_llama_cpp": round(rate(r) / rate(cpp), 3) if cpp else None,
+                "vs_llama_cpp_with_prefill": round(rate(r, True) / rate(cpp, True), 3) if cpp else None,
+                "tokens_per_step": s["tokens_per_step"] if s else None,
+                "exact_match": round(r["match"] / len(cases), 4),
+                "plain_match": round(r["plain_match"] / len(cases), 4),
+                "sources": s["sources"] if s else None, "head_accuracy": s.get("head_accuracy") if s else None,
+                "differences": r["differences"],
+            })
+        engine.speculator = speculators.get("spec_all", engine.speculator)
+        plain = results.get("plain")
+        step_floor = None
+        if plain and plain["tokens"] and engine.device.type == "cpu" and engine.model is not None:
+            from ..runtime.lean import decoder_for
+            from .floor import floor
 
-        lean = decoder_for(engine.model)
-        kv_size = 8 if lean is not None and lean.attention_dtype == torch.float64 else 4
-        step_floor = floor(engine.model, sum(len(ids) for ids, _ in cases) // len(cases),
-                           plain["seconds"] / plain["tokens"] * 1000, kv_size)
-    longest = max(files[:50], key=lambda f: f.stat().st_size)
-    reuse = _keystroke_reuse(engine, longest, 1500)
-    peak_mb = (torch.cuda.max_memory_allocated() / 2**20 if engine.device.type == "cuda"
-               else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    for decoder in llama.values():
-        decoder.close()
+            lean = decoder_for(engine.model)
+            kv_size = 8 if lean is not None and lean.attention_dtype == torch.float64 else 4
+            step_floor = floor(engine.model, sum(len(ids) for ids, _ in cases) // len(cases),
+                               plain["seconds"] / plain["tokens"] * 1000, kv_size)
+        longest = max(files[:50], key=lambda f: f.stat().st_size)
+        reuse = _keystroke_reuse(engine, longest, 1500)
+        peak_mb = (torch.cuda.max_memory_allocated() / 2**20 if engine.device.type == "cuda"
+                   else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    finally:
+        for decoder in llama.values():
+            decoder.close()
     return {"model": engine.name, "device": str(engine.device), "dtype": engine.status()["dtype"],
             "runtime": engine.status().get("runtime"), "baseline": "hf_greedy" if "hf_greedy" in results else "plain",
             "threads": threads, "prompts": len(cases), "gguf": str(gguf) if llama else None,

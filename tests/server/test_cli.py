@@ -42,3 +42,33 @@ def test_unknown_commands_are_refused_by_argparse(capsys):
     with pytest.raises(SystemExit) as done:
         main(["nonsense"])
     assert done.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_sigterm_ends_a_command_through_its_cleanup(tmp_path):
+    """A benchmark killed with SIGTERM (a `kill`, a timeout) closes the servers it started, as on Ctrl-C."""
+    import signal
+    import subprocess
+    import sys
+
+    marker = tmp_path / "closed"
+    code = ("import pathlib, sys, time\n"
+            "from memosight.server import cli\n"
+            "class Command:\n"
+            "    @staticmethod\n"
+            "    def run(args):\n"
+            "        try:\n"
+            "            print('ready', flush=True)\n"
+            "            time.sleep(60)\n"
+            "        finally:\n"
+            "            pathlib.Path(sys.argv[1]).write_text('closed')\n"
+            "parser = cli.build_parser()\n"
+            "cli.build_parser = lambda: parser\n"
+            "cli._load = lambda name: Command\n"
+            "sys.exit(cli.main(['model', 'list']))\n")
+    process = subprocess.Popen([sys.executable, "-c", code, str(marker)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "ready"
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 143 and "terminated" in err
+    assert marker.read_text() == "closed"
