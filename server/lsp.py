@@ -5,10 +5,8 @@ The wire (JSON-RPC, framing) is rpc.py's and framing.py's; this module speaks LS
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
-import resource
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +18,7 @@ from memosight.engine.protocol import Engine
 from . import __version__
 from .config import ConfigError, ConfigSources, Settings, validate
 from .context.workspace import WorkspaceIndex
-from .documents import Document, DocumentStore, Position, file_path, text_digest
+from .documents import Document, DocumentStore, Position, file_path
 from .editor_log import EditorLog
 from .requests import Ticket
 from .rpc import (
@@ -30,6 +28,7 @@ from .rpc import (
     RequestError,
     current_request_id,
 )
+from .status import StatusParams, status_answer
 from .suggest import Suggester, Suggestion
 from .timeline import Timelines
 
@@ -53,13 +52,6 @@ class VisitedParams:
     line: int = attrs.field(validator=attrs.validators.ge(0))
     entered: bool = False  # the user opened or switched to the file (else: looked at or yanked the line)
 
-
-@attrs.define
-class StatusParams:
-    """memosight/status: {"recent": bool, "digests": bool}, both optional."""
-
-    recent: bool = False  # the last requests' timelines too (bench replay --breakdown)
-    digests: bool = False  # each open document's text digest (what bench fuzz checks texts by)
 
 POPUPS_PER_MINUTE = 5  # more in a minute go to the log only: a misbehaving client cannot flood the user
 CAPABILITIES = types.ServerCapabilities(
@@ -290,19 +282,7 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
 
     @ls.connection.request(STATUS_METHOD, params=StatusParams)
     def status(params: StatusParams) -> dict:
-        out = ls.suggester.status(ls.settings)
-        if params.recent:
-            out["breakdown"] = ls.suggester.stages.to_json(recent=True)
-        out["version"] = __version__
-        out["documents"] = len(ls.documents.all())
-        # where the user worked, looked or yanked lately, per open document (rows, most recent first)
-        out["recent_rows"] = {d.uri: list(d.recent_rows) for d in ls.documents.all() if d.recent_rows}
-        out["settings"] = dataclasses.asdict(ls.settings)
-        out["memory"] = memory_report(ls, out)
-        out["peak_rss_mb"] = out["memory"]["peak_rss_mb"]
-        if params.digests:
-            out["digests"] = {d.uri: text_digest(d.text) for d in ls.documents.all()}
-        return out
+        return status_answer(ls, params)
 
     @ls.connection.request(types.WORKSPACE_EXECUTE_COMMAND)
     def execute_command(params: types.ExecuteCommandParams) -> None:
@@ -436,30 +416,6 @@ async def _suggestion_for(ls: MemoSightServer, ticket: Ticket, position: types.P
         # state overtook, which clients drop silently
         raise RequestError(CONTENT_MODIFIED, f"Content modified: {uri} was closed while the request was in flight")
     return answer.suggestion
-
-
-def memory_report(ls: MemoSightServer, status: dict) -> dict:
-    """What each bounded structure holds now, beside the process's memory (bench fuzz reads it at
-    its peak): documents, caches, requests in flight, the engine's KV cache of earlier prompts."""
-    tree = ((status.get("cache") or {}).get("prefix_tree") or {})
-    index = ls.workspace_index
-    rss = _rss_mb()
-    # Linux (KiB). The kernel's high-water mark misses pages handed back by madvise (glibc's free)
-    # between the two reads, so the peak is at least what was resident.
-    peak = max(round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), rss or 0.0)
-    return {"rss_mb": rss, "peak_rss_mb": peak, "documents": ls.documents.memory(),
-            "completion_cache_entries": status["completion_cache"]["entries"],
-            "requests_in_flight": ls.connection.in_flight(), **ls.suggester.memory(),
-            "workspace_files": 0 if index is None else len(index),
-            "kv_prefix_tree_mb": round(tree.get("bytes", 0) / 2**20, 1)}
-
-
-def _rss_mb() -> float | None:
-    try:
-        with open("/proc/self/statm") as f:
-            return round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def wants_partials(ls: MemoSightServer) -> bool:

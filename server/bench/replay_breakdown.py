@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from memosight.engine.bench.common import table  # plain text, no torch
-
-from ..timeline import spread
 from ..commands.common import CommandError
+from ..timeline import spread
+
 
 def breakdown(client_ms: dict, recent: list[dict]) -> dict:
     """The server's stages of each answered request beside this client's own latency for it: per
@@ -82,20 +81,3 @@ def plot_breakdowns(results: list[dict], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def render_breakdown(b: dict) -> str:
-    if not b["requests"]:
-        return "breakdown: no answered request was matched to the server's timings"
-    rows = [{"stage": name, **v} for name, v in b["stages"].items()]
-    rows.append({"stage": "= server total", **b["server_ms"]})
-    rows.append({"stage": "client measured", **b["client_ms"]})
-    steps = b["decode_steps"]
-    share = b["server_share_of_client"]  # None when the client measured no time at all
-    return "\n".join([
-        f"breakdown of {b['requests']} answered requests ({', '.join(f'{k} {v}' for k, v in b['kinds'].items())}), ms:",
-        table(rows, [("stage", "stage"), ("p50", "p50"), ("p95", "p95"), ("mean", "mean")]),
-        f"the server's stages account for {'-' if share is None else f'{share:.1%}'} of the client's latency (transport: "
-        "the rest)",
-        f"tokens a request {b['tokens_per_request']}, decoding {b['decode_ms_per_token']} ms a token; stops "
-        + ", ".join(f"{k} {v}" for k, v in b["stop_reasons"].items()),
-        f"decoding steps {steps['count']}: {steps['drafted']} draft nodes verified, {steps['accepted']} accepted, "
-        f"{steps['ms_mean']} ms a step"])

@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from os.path import commonprefix  # of any two strings
 from pathlib import Path
 
-from .common import CommandError, add_json_argument, print_result, step_progress
+from memosight.engine.bench.common import table  # plain text, no torch
+
 from ..bench.lsp_client import suggestion_text
-from ..bench.replay_breakdown import breakdown, plot_breakdowns, render_breakdown
+from ..bench.replay_breakdown import breakdown, plot_breakdowns
+from .common import CommandError, add_json_argument, print_result, step_progress
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -397,3 +399,22 @@ def run(args: argparse.Namespace) -> int:
     apply_pattern(args)
     print_result(asyncio.run(replay(args)), args.json, render, cpu=True)
     return 0
+
+
+def render_breakdown(b: dict) -> str:
+    if not b["requests"]:
+        return "breakdown: no answered request was matched to the server's timings"
+    rows = [{"stage": name, **v} for name, v in b["stages"].items()]
+    rows.append({"stage": "= server total", **b["server_ms"]})
+    rows.append({"stage": "client measured", **b["client_ms"]})
+    steps = b["decode_steps"]
+    share = b["server_share_of_client"]  # None when the client measured no time at all
+    return "\n".join([
+        f"breakdown of {b['requests']} answered requests ({', '.join(f'{k} {v}' for k, v in b['kinds'].items())}), ms:",
+        table(rows, [("stage", "stage"), ("p50", "p50"), ("p95", "p95"), ("mean", "mean")]),
+        f"the server's stages account for {'-' if share is None else f'{share:.1%}'} of the client's latency (transport: "
+        "the rest)",
+        f"tokens a request {b['tokens_per_request']}, decoding {b['decode_ms_per_token']} ms a token; stops "
+        + ", ".join(f"{k} {v}" for k, v in b["stop_reasons"].items()),
+        f"decoding steps {steps['count']}: {steps['drafted']} draft nodes verified, {steps['accepted']} accepted, "
+        f"{steps['ms_mean']} ms a step"])

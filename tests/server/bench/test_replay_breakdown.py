@@ -7,9 +7,9 @@ from __future__ import annotations
 import sys
 
 import pytest
-
+from memosight.server.bench.replay_breakdown import breakdown, plot_breakdowns
+from memosight.server.commands.bench_replay import render_breakdown
 from memosight.server.commands.common import CommandError
-from memosight.server.bench.replay_breakdown import breakdown, plot_breakdowns, render_breakdown
 
 
 def recent() -> list[dict]:
