@@ -57,9 +57,12 @@ class EditorLog:
         self._sent.append(now)
         self.on_loop(self.connection.notify, types.WINDOW_LOG_MESSAGE, types.LogMessageParams(kind, message))
 
+    def tracing(self) -> bool:
+        return self.trace != types.TraceValue.Off
+
     def trace_line(self, message: str, verbose: str | None = None) -> None:
         """`$/logTrace`, when the editor asked for a trace (`verbose` only with "verbose")."""
-        if self.trace == types.TraceValue.Off:
+        if not self.tracing():
             return
         detail = verbose if self.trace == types.TraceValue.Verbose else None
         self.on_loop(self.connection.notify, types.LOG_TRACE, types.LogTraceParams(message, detail))

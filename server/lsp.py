@@ -408,9 +408,10 @@ async def _suggestion_for(ls: MemoSightServer, ticket: Ticket, position: types.P
                                         timeline=timeline)
     for message in answer.messages:
         ls.report(f"MemoSight: {message}", types.MessageType.Error)
-    shown = answer.suggestion.text if answer.suggestion is not None else ""
-    ls.editor_log.trace_line(f"completion at {uri}:{position.line + 1}:{position.character + 1}: "
-                             f"{len(shown)} characters", verbose=shown or None)
+    if ls.editor_log.tracing():  # every keystroke passes here: nothing built unless a trace is on
+        shown = answer.suggestion.text if answer.suggestion is not None else ""
+        ls.editor_log.trace_line(f"completion at {uri}:{position.line + 1}:{position.character + 1}: "
+                                 f"{len(shown)} characters", verbose=shown or None)
     if answer.suggestion is None and ticket.doc.closed:
         # closed (or opened anew) while the request waited: LSP's answer for a request the document's
         # state overtook, which clients drop silently
