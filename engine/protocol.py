@@ -86,7 +86,7 @@ def valid_text(text: str) -> str:
 class Completion:
     """What one request produced, with the figures the status and benchmarks report."""
 
-    text: str
+    text: str  # as the stop rules cut it, never ending in blanks: what the user is shown
     tokens: int  # new tokens generated (including any cut by the stop rules)
     prompt_tokens: int
     latency_ms: float  # request start to last token

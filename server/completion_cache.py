@@ -44,9 +44,17 @@ def context_key(uri: str, text: str, cursor: int, cut: int | None = None, after_
 class CompletionCache:
     def __init__(self, size: int = SIZE):
         self._entries = LRU(size)  # context key -> (completion, source)
+        self._settings = None  # the settings its completions were made under
         self.hits = 0
         self.prefetch_hits = 0
         self.lookups = 0
+
+    def made_under(self, settings) -> None:
+        """The completions wanted now are made under `settings`: those made under others (another
+        model, length, mode) are forgotten."""
+        if settings != self._settings:
+            self._entries.drop_where(lambda key: True)
+            self._settings = settings
 
     def put(self, uri: str, text: str, cursor: int, completion: str, source: str = "request") -> None:
         if completion:

@@ -1,11 +1,14 @@
-"""Completion mode and post-processing: where a suggestion may end, and its final tidy-up.
+"""Where a completion ends: the one place that decides it.
 
 Single line mid-line; several lines after a block opener (or on a blank line right below one),
-ending with that block. The engine applies the StopRule as it generates; post_process trims what
-is left.
+ending with that block. The decision is an Ending: the StopRule the engine applies as it generates
+(engine/text/stops.py: no piece it streams is taken back, and the text never ends in whitespace)
+and the token limit. Nothing trims the text after the engine.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from memosight.engine.protocol import StopRule
 
@@ -18,8 +21,15 @@ BRACE_LANGUAGES_OPENERS = ("{", "(", "[", "=>")
 SINGLE_LINE_MAX_TOKENS = 32
 
 
-def completion_mode(doc: Document, cursor: int, settings: Settings) -> tuple[StopRule, bool]:
-    """The stop rule for a completion at `cursor`, and whether it may span several lines."""
+@dataclass(frozen=True)
+class Ending:
+    stop: StopRule  # applied by the engine as tokens come
+    multiline: bool  # the suggestion may span several lines
+    max_new_tokens: int
+
+
+def completion_ending(doc: Document, cursor: int, settings: Settings) -> Ending:
+    """Where a completion at `cursor` ends."""
     text = doc.text
     line_start = text.rfind("\n", 0, cursor) + 1
     line_end = text.find("\n", cursor)
@@ -36,25 +46,12 @@ def completion_mode(doc: Document, cursor: int, settings: Settings) -> tuple[Sto
             opener_line = above
         openers = (":",) if doc.language == "python" else BRACE_LANGUAGES_OPENERS
         multiline = opener_line.rstrip().endswith(openers)
+    budget = float(settings.latency_budget_ms)
     if not multiline:
-        return StopRule(single_line=True, suffix_line=after, min_confidence=settings.min_confidence,
-                        time_budget_ms=float(settings.latency_budget_ms), after_whitespace=after_whitespace), False
+        stop = StopRule(single_line=True, suffix_line=after, min_confidence=settings.min_confidence,
+                        time_budget_ms=budget, after_whitespace=after_whitespace)
+        return Ending(stop, False, min(settings.max_new_tokens, SINGLE_LINE_MAX_TOKENS))
     indent = len(opener_line) - len(opener_line.lstrip(" \t"))
-    return StopRule(suffix_line=after, next_suffix_line=next_line, block_indent=indent,
-                    stop_strings=("\n\n\n",), time_budget_ms=float(settings.latency_budget_ms),
-                    after_whitespace=after_whitespace), True
-
-
-def max_new_tokens(settings: Settings, multiline: bool) -> int:
-    return settings.max_new_tokens if multiline else min(settings.max_new_tokens, SINGLE_LINE_MAX_TOKENS)
-
-
-def finished_lines(text: str) -> str:
-    """`text` up to its last newline: the lines the model has finished writing."""
-    return text[:text.rfind("\n")] if "\n" in text else ""
-
-
-def post_process(text: str, multiline: bool) -> str:
-    """Final tidy-up: no trailing whitespace, no dangling blank lines."""
-    text = text.rstrip()
-    return text if multiline else text.split("\n", 1)[0]
+    stop = StopRule(suffix_line=after, next_suffix_line=next_line, block_indent=indent, stop_strings=("\n\n\n",),
+                    time_budget_ms=budget, after_whitespace=after_whitespace)
+    return Ending(stop, True, settings.max_new_tokens)

@@ -57,9 +57,10 @@ class Generation:
     text: str  # the document's text it was started for (the same string, not a copy)
     cursor: int  # and the cursor in it
     cancel: threading.Event = field(default_factory=threading.Event)
-    partial: str = ""  # text generated so far (post-processing not yet applied)
+    partial: str = ""  # text streamed so far
     future: Future | None = None
     settings: object = None  # the settings it runs under: a request under others never joins it
+    source: str = "request"  # or "prefetch": started ahead of any request, for the text after a Tab
     # A multi-line run's first finished line(s), as a Suggestion, as soon as they are written: the
     # request shows them while the run goes on; the rest lands in the completion cache.
     first_lines: Future = field(default_factory=Future)

@@ -7,28 +7,24 @@ the engine only through the engine protocol (memosight.engine.protocol).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from memosight.engine.protocol import (
-    CompletionRequest,
-    Engine,
-    EngineSettings,
-    RequestOptions,
-)
+from memosight.engine.protocol import Engine
 
+from . import engine_choice
 from .ahead import Ahead
-from .completion_cache import CompletionCache, context_key
+from .completion_cache import CompletionCache
 from .config import Settings
 from .context.service import ContextService
 from .context.workspace import WorkspaceIndex
-from .engine_choice import EngineHolder, load_engine_from_settings
 from .documents import Document
-from .mode import completion_mode, finished_lines, max_new_tokens, post_process
-from .requests import Answer, Counters, Generation, Job, Suggestion, Ticket, rest_after, typed_into
+from .engine_choice import EngineHolder, Load
+from .requests import Answer, Counters, Generation, Job, Suggestion, Ticket, rest_after
+from .runs import Runs
 from .timeline import StageStats, Timeline
 from .user_messages import UserMessages
 
@@ -37,70 +33,36 @@ log = logging.getLogger(__name__)
 
 class Suggester:
     """A keystroke's request from the editor's ask to the suggestion: typed through, joined or
-    generated on the engine thread (EngineHolder), with its context (ContextService), the work done
-    ahead of it (Ahead) and what the user is told (UserMessages)."""
+    run on the engine thread (EngineHolder, runs.py), with its context (ContextService), the work
+    done ahead of it (Ahead) and what the user is told (UserMessages)."""
 
-    def __init__(self, load_engine: Callable[[Settings], Engine] | None = None, *,
+    def __init__(self, load_engine: Load | None = None, *,
                  open_documents: Callable[[], list[Document]] = list,
                  workspace: Callable[[], WorkspaceIndex | None] = lambda: None, fallback: bool = True,
                  say: Callable[[str], bool] | None = None):
         self._workspace = workspace  # the workspace index: its root, its state in status()
         self.messages = UserMessages(say)  # `say`: a message shown at once, from any thread
         # the server falls back to the defaults and says so; a command-line run says no
-        self.engine = EngineHolder(load_engine or (lambda settings: load_engine_from_settings(
-            settings, str(getattr(self._workspace(), "root", "") or ""))), self.messages.waiting.append if fallback else None)
-        self._jobs: dict[str, Job] = {}
+        self.engine = EngineHolder(load_engine or engine_choice.load, self.messages.waiting.append if fallback else None)
+        self._jobs: dict[str, Job] = {}  # uri -> its latest request
         # every completion computed, for typing along it (typing-through) and for prefetches
         self.completions = CompletionCache()
-        self._completions_settings: Settings | None = None  # the settings its completions were made under
         self.counters = Counters()
         self.stages = StageStats()  # where the milliseconds of answered requests went
         self.last_error: str | None = None
         self.context = ContextService(open_documents, workspace)
-        self.ahead = Ahead(self.engine, self.context, lambda: self.completions, self.counters, self._run_model,
-                           self.ensure_engine)
+        self.runs = Runs(self.engine, self.context, self.completions, self.counters, self.messages.notice)
+        self.ahead = Ahead(self.engine, self.runs, self.completions, self.counters, self.ensure_engine)
 
     # --- engine ---------------------------------------------------------------------------------
 
     def ensure_engine(self, settings: Settings) -> Future:
         """Start loading the engine that `settings` name, unless it is loaded or loading already."""
-        future, started = self.engine.ensure(settings)
+        root = getattr(self._workspace(), "root", None)  # a remote backend's session comes from it
+        future, started = self.engine.ensure(dataclasses.replace(settings.engine, workspace=str(root or "")))
         if started:
             self.last_error = None
         return future
-
-    # --- requests -------------------------------------------------------------------------------
-
-    def start_job(self, doc: Document, cursor: int, settings: Settings | None = None) -> Job:
-        """A new request for `doc`: it joins the running generation when the user only typed more of
-        that generation's text (under the same settings); otherwise the running one is told to stop."""
-        old = self._jobs.get(doc.uri)
-        job = None
-        if old is not None:
-            old.superseded = True
-            gen = old.generation
-            typed = typed_into(gen.text, gen.cursor, doc.text, cursor)
-            running = gen.future is not None and not gen.future.done() and not gen.cancel.is_set()
-            if running and gen.settings == settings and typed is not None \
-                    and rest_after(gen.partial, typed, running=True) is not None:
-                job = Job(doc.uri, gen)
-                self.counters.joined += 1
-            else:
-                gen.cancel.set()
-        if job is None:
-            job = Job(doc.uri, Generation(doc.text, cursor, settings=settings))
-        self._jobs[doc.uri] = job
-        return job
-
-    def typing_through(self, doc: Document, cursor: int, settings: Settings | None = None) -> str | None:
-        """The rest of a completion computed earlier (shown or not, prefetched or asked for) that
-        the text before the cursor types into; see completion_cache.py. Completions made under
-        other settings (another model, length, mode) are forgotten first."""
-        if settings is not None and settings != self._completions_settings:
-            self.completions = CompletionCache()
-            self._completions_settings = settings
-        hit = self.completions.lookup(doc.uri, doc.text, cursor)
-        return None if hit is None else hit.rest
 
     # --- work ahead of the request (server/ahead.py) ----------------------------------------------
 
@@ -111,9 +73,10 @@ class Suggester:
         """Drop what is kept for a document (closed, or a fresh request is wanted)."""
         self.completions.forget(uri)
         self.ahead.forget(uri)
-        job = self._jobs.pop(uri, None)  # a cancelled generation still running holds the text
-        if job is not None:
-            job.generation.cancel.set()
+        self.runs.stop(uri)  # a cancelled run still going holds the text
+        self._jobs.pop(uri, None)
+
+    # --- the request ------------------------------------------------------------------------------
 
     async def suggest(self, ticket: Ticket, settings: Settings,
                       on_partial: Callable[[str], None] | None = None, *, cold: bool = False,
@@ -147,27 +110,28 @@ class Suggester:
         """A keystroke's request, step by step."""
         self.counters.requests += 1
         started = time.perf_counter()
-        # 1. Typed along a completion computed before (shown or not): its rest, no model call.
+        # 1. Typed along a completion computed before (shown or not, asked for or prefetched): its
+        #    rest, no model call. The one lookup of the completion cache.
         if (rest := self._typed_through(ticket, settings, timeline, started)) is not None:
             return rest
-        # 2. The engine is this request's now: warm-ups and prefetches for other text stop.
-        self._make_way(ticket)
-        # 3. Join the running generation the user typed into, or start one on the engine thread.
-        job = self.start_job(ticket.seen, ticket.cursor, settings)
+        # 2. The engine is this request's now: warm-ups for any text stop (the request prefills the
+        #    rest of its own from where it stopped; another's must not hold the engine).
+        self.ahead.stop_warm_ups()
+        # 3. Join the document's run the user typed along (a request's, a prefetch's), or start one.
+        job = self._job(ticket, settings)
         try:
-            suggestion = await self._run_or_join(job, ticket, settings, on_partial, cold, timeline)
+            suggestion = await self._run_or_join(job, ticket, on_partial, cold, timeline)
         except asyncio.CancelledError:
-            # The editor cancels a request when the user types on. The generation goes on (bounded by
+            # The editor cancels a request when the user types on. The run goes on (bounded by
             # max_new_tokens and the latency budget): a later request typed into it joins it, its
             # completion lands in the completion cache for typing along it, and a request for other
-            # text stops it (start_job). Stopping it here, a model slower than the typist's keys never
-            # finished one (measured: Qwen2.5-Coder-0.5B on llama-server, 0 characters saved).
+            # text stops it. Stopping it here, a model slower than the typist's keys never finished
+            # one (measured: Qwen2.5-Coder-0.5B on llama-server, 0 characters saved).
             timeline.kind = "cancelled"
             self.counters.cancelled += 1
             raise
         finally:
-            gen = job.generation
-            if self._jobs.get(job.uri) is job and (gen.future is None or gen.future.done()):
+            if self._jobs.get(job.uri) is job:
                 del self._jobs[job.uri]
         # 4. The answer: none for a request overtaken by another; what was typed since, dropped.
         if job.superseded or job.generation.cancel.is_set():
@@ -176,39 +140,50 @@ class Suggester:
 
     def _typed_through(self, ticket: Ticket, settings: Settings, timeline: Timeline,
                        started: float) -> Suggestion | None:
-        rest = self.typing_through(ticket.seen, ticket.cursor, settings)
-        if rest is None:
+        """The rest of a completion computed earlier that the text before the cursor types into
+        (completion_cache.py). Completions made under other settings are forgotten first."""
+        self.completions.made_under(settings)
+        hit = self.completions.lookup(ticket.seen.uri, ticket.seen.text, ticket.cursor)
+        if hit is None:
             return None
-        old = self._jobs.pop(ticket.doc.uri, None)
-        if old is not None:
-            old.superseded = True
-            old.generation.cancel.set()
+        self._supersede(ticket.seen.uri)
+        self.runs.stop(ticket.seen.uri, source="request")  # a prefetch goes on: the Tab after this
         self.counters.typed_through += 1
         timeline.kind = "typed_through"
         timeline.mark("handler")
         latency = (time.perf_counter() - started) * 1000
-        self.counters.answered(rest, latency)
-        return Suggestion(rest, ticket.cursor, latency, 0, "typed_through")
+        self.counters.answered(hit.rest, latency)
+        return Suggestion(hit.rest, ticket.cursor, latency, 0, "typed_through")
 
-    def _make_way(self, ticket: Ticket) -> None:
-        """The request prefills the rest of its own warm-up itself, from where it stopped; the others'
-        (an edit in a big file a moment ago) must not hold the engine while the user waits. A
-        prefetch of exactly this text goes on: the request waits for it and finds it in the cache."""
-        self.ahead.stop_warm_ups()
-        text, cursor = ticket.seen.text, ticket.cursor
-        self.ahead.stop_prefetch(ticket.doc.uri, unless_at=context_key(ticket.doc.uri, text, cursor))
+    def _job(self, ticket: Ticket, settings: Settings) -> Job:
+        """This request's job: it shares the document's run when the user only typed along it
+        (under the same settings); otherwise a new run starts, and the one before it stops."""
+        self._supersede(ticket.seen.uri)
+        gen = self.runs.joinable(ticket.seen.uri, ticket.seen.text, ticket.cursor, settings)
+        if gen is not None:
+            self.counters.joined += 1
+        else:
+            gen = self.runs.start(ticket, settings)
+        job = self._jobs[ticket.seen.uri] = Job(ticket.seen.uri, gen)
+        return job
 
-    async def _run_or_join(self, job: Job, ticket: Ticket, settings: Settings, on_partial, cold: bool,
+    def _supersede(self, uri: str) -> None:
+        old = self._jobs.pop(uri, None)
+        if old is not None:
+            old.superseded = True
+
+    async def _run_or_join(self, job: Job, ticket: Ticket, on_partial, cold: bool,
                            timeline: Timeline) -> Suggestion | None:
         gen = job.generation
         if gen.future is None:
             # shield: cancelling this request must not cancel the shared engine load
-            engine = await asyncio.shield(asyncio.wrap_future(self.ensure_engine(settings)))
+            engine = await asyncio.shield(asyncio.wrap_future(self.ensure_engine(gen.settings)))
             if gen.cancel.is_set():
                 return None
             timeline.mark("handler")
-            gen.future = self.engine.submit(self._generate, engine, ticket, settings, gen, on_partial,
-                                            asyncio.get_running_loop(), cold, timeline)
+            loop = asyncio.get_running_loop()
+            self.runs.submit(gen, engine, ticket, cold=cold, timeline=timeline, on_piece=None if on_partial is None
+                             else lambda partial: loop.call_soon_threadsafe(on_partial, partial))
         else:
             timeline.mark("handler")
             timeline.kind = "joined"
@@ -253,81 +228,6 @@ class Suggester:
             self.counters.cancelled += 1
         return None
 
-    def _generate(self, engine: Engine, ticket: Ticket, settings: Settings, gen: Generation, on_partial, loop,
-                  cold: bool, timeline: Timeline) -> Suggestion | None:
-        """Runs on the engine thread: context, generation, post-processing."""
-        timeline.mark("engine_wait")
-        if gen.cancel.is_set() or ticket.stale():
-            return None
-        start = time.perf_counter()
-        # the document as it is now, and stays: the event loop goes on applying edits to the live one
-        doc, cursor = ticket.doc.frozen(), ticket.cursor
-        if doc.text is not ticket.seen.text:
-            return None
-        hit = self.completions.lookup(doc.uri, doc.text, cursor)
-        if hit is not None:  # a prefetch for this very text finished while the request waited for it
-            timeline.kind = "cached"
-            return Suggestion(hit.rest, cursor, (time.perf_counter() - start) * 1000, 0, "cached")
-        text, completion = self._run_model(engine, doc, cursor, settings, gen.cancel, cold, timeline,
-                                           on_piece=None if on_partial is None else
-                                           lambda partial: loop.call_soon_threadsafe(on_partial, partial),
-                                           gen=gen, stale=ticket.stale)
-        if completion is None:  # an edit arrived while the context was built
-            return None
-        if completion.stop_reason != "cancelled":
-            self.completions.put(doc.uri, doc.text, cursor, text)
-        latency = (time.perf_counter() - start) * 1000
-        log.debug("completion %s:%d %.1f ms (first piece %.1f ms) prompt %d tokens (%d cached), %d new, stop %s",
-                  doc.uri.rsplit("/", 1)[-1], cursor, latency, completion.first_token_ms, completion.prompt_tokens,
-                  completion.reused_tokens, completion.tokens, completion.stop_reason)
-        suggestion = Suggestion(text, cursor, latency, completion.prompt_tokens, completion.stop_reason)
-        gen.first_lines.cancel()  # never set (one line, or none): the requests take the whole run
-        timeline.mark("post")
-        return suggestion
-
-    def _run_model(self, engine: Engine, doc: Document, cursor: int, settings: Settings, cancel: threading.Event,
-                   cold: bool = False, timeline: Timeline | None = None, on_piece=None, gen: Generation | None = None,
-                   stale: Callable[[], bool] | None = None):
-        """On the engine thread: the context at `cursor`, the model's completion, post-processed.
-        (text, Completion); ("", None) when `gen`'s request went stale while its context was built."""
-        timeline = timeline if timeline is not None else Timeline()
-        # Settings that change without reloading the model; an engine makes repeating them cheap.
-        engine.configure(EngineSettings(speculative=settings.speculative,
-                                        kv_cache_bytes=settings.kv_cache_mb * 2**20))
-        view, view_cursor = doc.around(cursor)  # a large file: a window of it
-        stop, multiline = completion_mode(view, view_cursor, settings)
-        context = self.context.for_request(engine, view, view_cursor, settings, timeline)
-        timeline.mark("context")
-        if stale is not None and stale():
-            return "", None
-        request = CompletionRequest(context.prefix, context.suffix, doc.language, max_new_tokens(settings, multiline),
-                                    stop, cancel, RequestOptions(cold=cold, heal=settings.token_healing),
-                                    on_notice=self.messages.notice)
-        stream = engine.stream(request)
-        text = ""
-        started = time.perf_counter()
-        try:
-            for piece in stream:
-                text += piece
-                if gen is not None:
-                    gen.partial = text
-                    # the finished lines change only when a piece brings a newline
-                    if multiline and "\n" in piece and not gen.first_lines.done() \
-                            and (lines := finished_lines(text)).strip():
-                        gen.first_lines.set_result(Suggestion(
-                            post_process(lines, multiline), cursor, (time.perf_counter() - started) * 1000,
-                            0, "first_line"))
-                if on_piece is not None and not cancel.is_set():
-                    on_piece(text)
-        finally:
-            stream.close()  # whatever happened here, the engine is free for the next request
-        completion = stream.result()
-        timeline.split(completion.stages_ms, "engine")
-        timeline.steps = completion.steps
-        timeline.tokens, timeline.prompt_tokens = completion.tokens, completion.prompt_tokens
-        timeline.stop_reason = completion.stop_reason
-        return post_process(completion.text, multiline), completion
-
     def record_timeline(self, timeline: Timeline, request_id=None) -> None:
         """A request's answer was written: its stages go into the running figures and the log."""
         timeline.end()
@@ -343,7 +243,7 @@ class Suggester:
         state = "ready" if engine is not None else ("error" if self.last_error else "loading")
         if self.ahead.stopped:  # after the LSP shutdown request
             state = "stopped"
-        out = {"state": state, "model": settings.model or "default", "device": None, "dtype": None,
+        out = {"state": state, "model": settings.engine.model or "default", "device": None, "dtype": None,
                "error": self.last_error, "requests": self.counters.to_json(), "breakdown": self.stages.to_json(),
                "completion_cache": self.completions.to_json(), "notices": dict(self.messages.notices)}
         if engine is not None:
@@ -355,7 +255,8 @@ class Suggester:
 
     def memory(self) -> dict:
         """What the request side holds: runs kept per document, work ahead, the context's caches."""
-        return {"jobs": len(self._jobs), **self.ahead.memory(), "context_caches": self.context.compressor.cache_entries()}
+        return {"jobs": len(self._jobs), "runs": len(self.runs), **self.ahead.memory(),
+                "context_caches": self.context.compressor.cache_entries()}
 
     def close(self) -> None:
         """For a command that exits next: stop, wait for the engine thread, and close the engine on
@@ -369,7 +270,6 @@ class Suggester:
         self.engine.close(wait=False)
 
     def _stop_all(self) -> None:
-        for job in self._jobs.values():
-            job.generation.cancel.set()
+        self.runs.stop_all()
         self.ahead.stop_warm_ups()
         self.ahead.stopped = True  # and no more work ahead of requests

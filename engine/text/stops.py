@@ -101,7 +101,7 @@ def held_back(text: str, rule: StopRule) -> int:
             if text.endswith(s[:n]):
                 keep = max(keep, n)
                 break
-    trailing = len(text) - len(text.rstrip())  # trailing blanks and newlines are trimmed at the end
+    trailing = len(text) - len(text.rstrip())  # trailing blanks and newlines: trimmed at the end (_stream)
     return max(keep, trailing)
 
 
@@ -195,6 +195,7 @@ def _stream(texts: Iterator[str], stop: StopRule, state: StreamState) -> Iterato
     texts.close()  # a stop rule fired: the source stops too (a remote stream closes its connection)
     if not stopped and raw:
         state.text = apply_stop_rule(raw.rstrip("\ufffd"), stop).text
+    state.text = state.text.rstrip()  # a suggestion never ends in blanks (held back, never streamed)
     if len(state.text) > state.emitted:
         yield state.text[state.emitted:]
         state.emitted = len(state.text)

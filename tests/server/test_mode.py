@@ -1,14 +1,15 @@
-"""Completion mode (single line or block) and post-processing."""
+"""Where a completion ends: single line or block, the stop rule, the token limit."""
 
 from memosight.server.config import Settings
 from memosight.server.documents import Document
-from memosight.server.mode import completion_mode, post_process
+from memosight.server.mode import SINGLE_LINE_MAX_TOKENS, completion_ending
 
 
 def mode_at(text: str, marker: str = "|", language: str = "python", multiline: str = "auto"):
     cursor = text.index(marker)
     doc = Document("file:///a.py", text.replace(marker, ""), language)
-    return completion_mode(doc, cursor, Settings(multiline=multiline))
+    ending = completion_ending(doc, cursor, Settings(multiline=multiline))
+    return ending.stop, ending.multiline
 
 
 def test_mid_line_is_single_line_and_never_repeats_the_rest_of_the_line():
@@ -38,18 +39,21 @@ def test_multiline_setting_overrides_auto():
     assert mode_at("x = |\n", multiline="always")[1] is True
 
 
-def test_post_process_trims_trailing_space():
-    assert post_process("return x  \n\n", multiline=True) == "return x"
-    assert post_process("a\nb", multiline=False) == "a"
+def test_a_single_line_gets_fewer_tokens_than_a_block():
+    doc = Document("file:///a.py", "x = \ndef f(x):\n", "python")
+    line = completion_ending(doc, 4, Settings(max_new_tokens=64))
+    block = completion_ending(doc, len(doc.text) - 1, Settings(max_new_tokens=64))
+    assert (line.multiline, line.max_new_tokens) == (False, SINGLE_LINE_MAX_TOKENS)
+    assert (block.multiline, block.max_new_tokens) == (True, 64)
 
 
 def test_multi_line_completions_carry_the_latency_budget():
     text = "def f(x):\n    \n"
     doc = Document("file:///a.py", text, "python")
-    stop, multiline = completion_mode(doc, len("def f(x):\n    "), Settings(latency_budget_ms=90))
-    assert multiline and stop.time_budget_ms == 90
-    stop, multiline = completion_mode(doc, len("def f("), Settings(latency_budget_ms=90))
-    assert not multiline and stop.single_line
+    block = completion_ending(doc, len("def f(x):\n    "), Settings(latency_budget_ms=90))
+    assert block.multiline and block.stop.time_budget_ms == 90
+    line = completion_ending(doc, len("def f("), Settings(latency_budget_ms=90))
+    assert not line.multiline and line.stop.single_line
 
 
 def test_whitespace_before_the_cursor_is_not_suggested_again():

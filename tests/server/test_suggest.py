@@ -9,6 +9,7 @@ from memosight.server.documents import Document
 from memosight.server.mode import SINGLE_LINE_MAX_TOKENS
 from memosight.server.requests import Ticket
 from memosight.server.suggest import Suggester
+from memosight.server.timeline import Timeline
 
 
 async def suggest(suggester: Suggester, doc: Document, cursor: int, settings: Settings, **kwargs):
@@ -125,6 +126,48 @@ def test_after_a_suggestion_the_one_that_follows_taking_it_is_prefetched(scripte
     assert engine.requests[1].prefix.endswith("    total = 0")  # computed ahead, while the first was read
     assert after_tab.text == "for x in xs:" and after_tab.stop_reason == "typed_through"  # no model call for it
     assert suggester.completions.to_json()["prefetch_hits"] == 1
+
+
+def test_a_request_after_tab_joins_the_prefetch_still_running(scripted_engine):
+    engine = scripted_engine(["total = 0", "for x in xs:"], delay=0.03, repeat=False)
+    suggester = Suggester(lambda settings: engine)
+    doc = Document("file:///a.py", "def f(xs):\n    \n", "python")
+    cursor = doc.text.index("    \n") + 4
+    settings = Settings(latency_budget_ms=0)
+
+    async def scenario():
+        first = await suggest(suggester, doc, cursor, settings)
+        await until(lambda: len(engine.requests) == 2 and engine.running.is_set())  # the prefetch runs
+        doc.apply_change("total = 0", doc.position_at(cursor), doc.position_at(cursor))  # Tab
+        suggester.warm(doc, cursor + len("total = 0"), settings)  # the edit: the prefetch goes on
+        timeline = Timeline()
+        after_tab = await suggest(suggester, doc, cursor + len("total = 0"), settings, timeline=timeline)
+        return first, after_tab, timeline
+
+    first, after_tab, timeline = asyncio.run(scenario())
+    assert first.text == "total = 0" and after_tab.text == "for x in xs:"
+    assert timeline.kind == "joined"  # no model call of its own: the prefetch's prompt is the only one there
+    assert [r.prefix.endswith("total = 0") for r in engine.requests] == [False, True, False]  # then the next prefetch
+    assert suggester.counters.joined == 1 and suggester.counters.prefetched == 1
+    suggester.close()
+
+
+def test_an_edit_off_the_prefetch_stops_it(scripted_engine):
+    engine = scripted_engine(["total = 0", "x" * 40], delay=0.03, repeat=False)
+    suggester = Suggester(lambda settings: engine)
+    doc = Document("file:///a.py", "def f(xs):\n    \n", "python")
+    cursor = doc.text.index("    \n") + 4
+    settings = Settings(latency_budget_ms=0, prefill_on_edit=False)
+
+    async def scenario():
+        await suggest(suggester, doc, cursor, settings)
+        await until(lambda: len(engine.requests) == 2 and engine.running.is_set())
+        doc.apply_change("y", doc.position_at(cursor), doc.position_at(cursor))  # not the suggestion
+        suggester.warm(doc, cursor + 1, settings)
+
+    asyncio.run(scenario())
+    assert engine.requests[1].cancel.is_set() and not suggester.ahead.holds(doc.uri)
+    suggester.close()
 
 
 def test_completions_are_forgotten_when_the_settings_change(scripted_engine):
@@ -295,18 +338,18 @@ def test_a_model_that_fails_to_load_is_reported_in_the_answer_and_the_defaults_u
 
     engine = scripted_engine("ok", repeat=False)
 
-    def load(settings):
-        if settings.model:
-            raise EngineError(f"model folder {settings.model!r} does not exist")
+    def load(spec):
+        if spec.model:
+            raise EngineError(f"model folder {spec.model!r} does not exist")
         return engine
 
     suggester = Suggester(load)
     doc = Document("file:///a.py", "x = \n", "python")
-    answer = asyncio.run(suggester.suggest(Ticket.of(doc, 4), Settings(model="/nope")))
+    answer = asyncio.run(suggester.suggest(Ticket.of(doc, 4), Settings.of(model="/nope")))
     assert answer.suggestion.text == "ok"
     (message,) = answer.messages
     assert "'/nope' does not exist" in message and "default model" in message
-    assert asyncio.run(suggester.suggest(Ticket.of(doc, 4), Settings(model="/nope"))).messages == []  # said once
+    assert asyncio.run(suggester.suggest(Ticket.of(doc, 4), Settings.of(model="/nope"))).messages == []  # said once
     suggester.shutdown()
     assert engine.closed or _eventually_closed(engine)
 
@@ -354,13 +397,13 @@ def test_closing_a_document_drops_its_running_generation(scripted_engine):
 def test_a_bad_draft_model_costs_the_draft_only(scripted_engine):
     loaded = []
 
-    def load(settings):
-        if settings.draft_model:
+    def load(spec):
+        if spec.draft_model:
             raise ValueError("draft model 'tiny' has another tokenizer than 'big'")
-        loaded.append(settings.model)
+        loaded.append(spec.model)
         return scripted_engine()
     suggester = Suggester(load)
-    suggester.ensure_engine(Settings(model="big", draft_model="tiny")).result(timeout=10)
+    suggester.ensure_engine(Settings.of(model="big", draft_model="tiny")).result(timeout=10)
     assert loaded == ["big"]  # the user's model, not the defaults
     assert any("without the draft model" in m for m in suggester.messages.waiting)
     suggester.shutdown()
@@ -373,8 +416,8 @@ def test_a_remote_backend_answers_through_the_same_suggester_and_a_dead_one_is_s
 
     server = FakeServer()
     server.pieces = ["items", "\n", "more"]
-    settings = Settings(backend=Backend(kind="llamacpp", url=server.url(path=""), fallback="none",
-                                        first_token_timeout_ms=500), prefetch=False)  # the last request is the user's
+    settings = Settings.of(backend=Backend(kind="llamacpp", url=server.url(path=""), fallback="none",
+                                           first_token_timeout_ms=500), prefetch=False)  # the last request is the user's
     suggester = Suggester()
     doc = Document("file:///a.py", "for item in \n", "python")
     assert asyncio.run(suggest(suggester, doc, 12, settings)).text == "items"

@@ -73,7 +73,7 @@ def test_a_multi_line_completion_over_its_time_budget_ends_at_its_last_complete_
     assert (text, state.stop_reason) == ("    a = 1", "time_budget")
     relaxed = StopRule(block_indent=0, time_budget_ms=60_000.0)
     text, state = _stream(pieces, relaxed, started=time.perf_counter())
-    assert text == "    a = 1\n    b = 2\n    c = 3\n" and state.stop_reason == "max_tokens"
+    assert text == "    a = 1\n    b = 2\n    c = 3" and state.stop_reason == "max_tokens"  # no trailing blank
     # a single line over its budget ends where it got to (a line that never ends would run to the
     # cap); its budget counts from its first token, so a slow prefill alone does not cut it short
     single = StopRule(single_line=True, time_budget_ms=8.0)
@@ -104,6 +104,13 @@ def test_text_pieces_from_a_server_stop_at_the_first_newline_and_close_their_sou
     pieces = list(stream_pieces(server_pieces(), StopRule(single_line=True), state))
     assert "".join(pieces) == "    return a + b" == state.text
     assert state.stop_reason == "newline" and closed == [True] and state.tokens == 2
+
+
+def test_a_completion_never_ends_in_blanks_and_none_is_ever_streamed():
+    for rule in (StopRule(), StopRule(block_indent=0), StopRule(stop_strings=("\n\n\n",))):
+        state = StreamState()
+        pieces = list(stream_pieces(iter(["return x", "  \n", "\n  ", " "]), rule, state))
+        assert "".join(pieces) == "return x" == state.text
 
 
 def test_text_pieces_that_end_without_a_rule_are_all_kept():
