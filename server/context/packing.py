@@ -9,9 +9,11 @@ elision markers, truncation.py trims by whole lines (and is the fall-back withou
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-from ..caching import LRU, content_hash
 from .. import languages
+from ..caching import LRU, content_hash
 from .far import CHARS_PER_TOKEN_MAX, FarPart, choose, score_sources
 from .near import Rows, error_near, function_rows
 from .packed import PackedContext, Region
@@ -45,6 +47,54 @@ QUANTUM_LINES = 8  # outside any function the near window moves by this many lin
 WINDOW_LINES = 16  # outside any function the near window spans this many lines above the cursor
 MAX_OTHER_DOCUMENTS = 12
 _WORD_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
+
+
+@dataclass
+class _Packing:
+    """What one build has so far: its inputs, then what each step adds, in the order they run."""
+
+    doc: Any
+    text: str
+    cursor: int
+    budget: int
+    suffix_share: float
+    count_tokens: Callable[[str], int]
+    count: Callable[[str], int]  # count_tokens through the compressor's cache
+    comment: str  # the language's line comment, for elision markers
+    marker_tokens: int
+    rows: Rows
+    # the near window (_window): first and last rows
+    def_start: int = 0
+    def_end: int = 0
+    # _pack_near_suffix
+    near_end: int = 0  # the first row below the near window
+    end_offset: int = 0  # ... and its offset
+    recent_below: tuple[int, ...] = ()  # rows last worked on below it, counted from the file's end
+    suffix_key: tuple = ()
+    near_suffix: str = ""
+    suffix_cut: bool = False  # the near suffix ends with a marker
+    near_suffix_tokens: int = 0
+    kept_below: FarPart | None = None  # the far part below, kept with this suffix by an earlier build
+    # _pack_near_prefix
+    near_start: int = 0
+    near_prefix: str = ""
+    near_prefix_tokens: int = 0
+    # _find_used_names
+    other_docs: list = field(default_factory=list)
+    typing: int = 0  # characters of the word being typed at the cursor
+    used: set[str] = field(default_factory=set)
+    # ContextCompressor._scored: the analysis, made only if a far part is chosen anew
+    scored: dict | None = None
+    # _pack_below, _pack_above
+    below: FarPart | None = None
+    above: FarPart | None = None
+
+    @property
+    def suffix_budget(self) -> int:
+        return int(self.budget * self.suffix_share)
+
+    def tree(self):
+        return self.doc.snapshot()[1]
 
 
 class ContextCompressor:
@@ -94,107 +144,107 @@ class ContextCompressor:
         cursor = max(0, min(cursor, len(text)))
         if languages.parser_for(doc.language) is None:  # no grammar: a line window around the cursor
             return truncate_around_cursor(text, cursor, budget, suffix_share, count_tokens, doc.path)
-        tree = lambda: doc.snapshot()[1]
         count = lambda piece: self._count(piece, count_tokens)
         comment = languages.comment_prefix(doc.language)
-        marker_tokens = count(f"{comment} ...\n")
-        rows = Rows(text, cursor)
-        cursor_row = rows.cursor_row
-        def_start, def_end = self._window(doc.uri, doc.language, text, tree, rows)
-        suffix_budget = int(budget * suffix_share)
+        p = _Packing(doc, text, cursor, budget, suffix_share, count_tokens, count, comment,
+                     count(f"{comment} ...\n"), Rows(text, cursor))
+        p.def_start, p.def_end = self._window(doc.uri, doc.language, text, p.tree, p.rows)
+        # The near parts first: the far parts get what they leave of the budget.
+        self._pack_near_suffix(p)
+        self._pack_near_prefix(p)
+        self._find_used_names(p, others)
+        self._pack_below(p)
+        self._pack_above(p)
+        return self._fit_to_budget(p)
 
-        # Near suffix: the rest of the near window, whole lines from the cursor.
-        near_end = min(def_end + 1, text.count("\n") + 1)
-        end_offset = rows.offset(near_end)
+    # --- steps of build, in order ---------------------------------------------------------------
+
+    def _pack_near_suffix(self, p: _Packing) -> None:
+        """The near suffix: the rest of the near window, whole lines from the cursor (with the far part
+        below it, if kept from a build with the same text after the cursor)."""
+        text, rows = p.text, p.rows
+        p.near_end = min(p.def_end + 1, text.count("\n") + 1)
+        p.end_offset = rows.offset(p.near_end)
         # Typing at the cursor leaves the text after it unchanged, and so the suffix: reused as it
         # was, since the model reads it first (fill-in-the-middle, suffix first) and any change there
         # costs the whole prompt's KV cache, even where the function's extent shifts as it grows.
         # Where the user last worked below the near window (counted from the file's end, so that
         # lines typed above leave it as it was) scores the code there: a visit there is a new choice.
-        below_rows = [r for r in doc.recent_rows if r >= near_end]
-        lines_total = text.count("\n", end_offset) + near_end if below_rows else 0  # only then
-        recent_below = tuple(lines_total - r for r in below_rows)
-        suffix_key = (doc.uri, content_hash(text[cursor:]), budget, suffix_share, recent_below)
-        kept_suffix = self._suffixes.get(suffix_key)
-        if kept_suffix is not None:
-            near_suffix, suffix_cut, near_suffix_tokens, kept_below = kept_suffix
+        below_rows = [r for r in p.doc.recent_rows if r >= p.near_end]
+        lines_total = text.count("\n", p.end_offset) + p.near_end if below_rows else 0  # only then
+        p.recent_below = tuple(lines_total - r for r in below_rows)
+        p.suffix_key = (p.doc.uri, content_hash(text[p.cursor:]), p.budget, p.suffix_share, p.recent_below)
+        kept = self._suffixes.get(p.suffix_key)
+        if kept is not None:
+            p.near_suffix, p.suffix_cut, p.near_suffix_tokens, p.kept_below = kept
         else:
-            near_suffix, suffix_cut = self._near_suffix(text[cursor:end_offset],
-                                                        int(suffix_budget * NEAR_SUFFIX_SHARE), comment, count_tokens)
-            near_suffix_tokens = count(near_suffix) if near_suffix else 0
-            kept_below = None
+            p.near_suffix, p.suffix_cut = self._near_suffix(text[p.cursor:p.end_offset],
+                                                            int(p.suffix_budget * NEAR_SUFFIX_SHARE), p.comment,
+                                                            p.count_tokens)
+            p.near_suffix_tokens = p.count(p.near_suffix) if p.near_suffix else 0
 
-        # Near prefix: from the start of the near window (or, contiguous, of the file), unless too long
-        # (then from a later line).
-        near_prefix_budget = int((budget - suffix_budget) * self.near_prefix_share)
-        near_start, near_prefix_tokens = self._near_start(doc.uri, text, rows, def_start,
-                                                          0 if self.contiguous_near else def_start,
-                                                          near_prefix_budget, count_tokens)
-        near_prefix = text[rows.offset(near_start):cursor]
-        if near_prefix_tokens > budget - near_suffix_tokens:  # one enormous line: keep its tail
-            near_prefix = tail_within(near_prefix, budget - near_suffix_tokens, count_tokens)
-            near_prefix_tokens = count_tokens(near_prefix)
+    def _pack_near_prefix(self, p: _Packing) -> None:
+        """The near prefix: from the start of the near window (or, contiguous, of the file), unless too
+        long (then from a later line)."""
+        near_prefix_budget = int((p.budget - p.suffix_budget) * self.near_prefix_share)
+        p.near_start, p.near_prefix_tokens = self._near_start(p.doc.uri, p.text, p.rows, p.def_start,
+                                                              0 if self.contiguous_near else p.def_start,
+                                                              near_prefix_budget, p.count_tokens)
+        p.near_prefix = p.text[p.rows.offset(p.near_start):p.cursor]
+        room = p.budget - p.near_suffix_tokens
+        if p.near_prefix_tokens > room:  # one enormous line: keep its tail
+            p.near_prefix = tail_within(p.near_prefix, room, p.count_tokens)
+            p.near_prefix_tokens = p.count_tokens(p.near_prefix)
 
-        family = languages.FAMILY.get(doc.language)
-        other_docs = [o for o in others if o.uri != doc.uri and languages.FAMILY.get(o.language) == family
-                      and not o.large and not o.looks_binary][:MAX_OTHER_DOCUMENTS]
-        # The names used near the cursor: their definitions are wanted (cheap; read on every keystroke).
+    def _find_used_names(self, p: _Packing, others: list | tuple) -> None:
+        """The other open documents that may hold definitions (same language family), and the names
+        used near the cursor: their definitions are wanted (cheap; read on every keystroke)."""
+        family = languages.FAMILY.get(p.doc.language)
+        p.other_docs = [o for o in others if o.uri != p.doc.uri and languages.FAMILY.get(o.language) == family
+                        and not o.large and not o.looks_binary][:MAX_OTHER_DOCUMENTS]
         # The word being typed at the cursor is not a name yet (`hel` of `helper`): it is left out.
+        text, rows, cursor, cursor_row = p.text, p.rows, p.cursor, p.rows.cursor_row
         line = text[rows.offset(cursor_row):cursor]
-        typing = len(line) - len(line.rstrip(_WORD_CHARS))
-        used = identifiers(text[rows.offset(max(def_start, cursor_row - USE_WINDOW_LINES)):cursor - typing]
-                           + " " + text[cursor:rows.offset(min(def_end + 1, cursor_row + USE_WINDOW_LINES))])
-        state = {}  # analysis and scores, computed once if either far part must be rebuilt
+        p.typing = len(line) - len(line.rstrip(_WORD_CHARS))
+        p.used = identifiers(text[rows.offset(max(p.def_start, cursor_row - USE_WINDOW_LINES)):cursor - p.typing]
+                             + " " + text[cursor:rows.offset(min(p.def_end + 1, cursor_row + USE_WINDOW_LINES))])
 
-        def known() -> frozenset[str]:
-            sources("above")
-            return state["known"]
+    def _pack_below(self, p: _Packing) -> None:
+        """The far part below the near window, in the suffix (budget: what the near suffix left of the
+        suffix share); kept with the suffix it was chosen for."""
+        if p.kept_below is not None and not p.kept_below.misses(p.used):
+            p.below = p.kept_below
+            return
+        # first time here, or a newly typed name has a definition below that was not considered
+        key = ("below", p.doc.uri, content_hash(p.text[p.end_offset:]), p.near_end - p.def_start, p.budget,
+               p.recent_below)
+        p.below = self._far_part(key, p.suffix_budget - p.near_suffix_tokens, p.budget, p.used,
+                                 lambda b: choose(self._sources_below(p), b, p.marker_tokens, p.count,
+                                                  p.count_tokens, with_headers=False, trailing=False,
+                                                  gap_before=p.suffix_cut),
+                                 lambda: self._scored(p)["known"])
+        self._suffixes.put(p.suffix_key, (p.near_suffix, p.suffix_cut, p.near_suffix_tokens, p.below))
 
-        def sources(side: str) -> list[Source]:
-            if not state:
-                query = query_names(text[rows.offset(max(def_start, cursor_row - 3 * QUERY_LINES)):cursor - typing])
-                attended = self.attention(text, cursor_row) if self.attention is not None else None
-                # Names shown above the function (the near prefix runs on) want their definitions too, less;
-                # read here, when a far part is chosen, not on every keystroke.
-                shown = identifiers(text[rows.offset(max(near_start, cursor_row - USE_WINDOW_LINES)):
-                                         rows.offset(def_start)]) - used if near_start < def_start else set()
-                state.update(score_sources(doc, text, tree(), cursor_row, used, other_docs, query, self.weights,
-                                           attended, shown))
-                analysis = state["analysis"]
-                state["closers"] = tuple(analysis.definitions[d].signature for d in analysis.enclosing(cursor_row)
-                                         if any(r >= near_end for r in analysis.units[
-                                             analysis.definitions[d].signature].extra_rows))
-            analysis, scores, other_sources = state["analysis"], state["scores"], state["others"]
-            if side == "below":
-                return [Source(doc.path, analysis, scores, (near_end, len(analysis.lines)), comment,
-                               state["closers"])]
-            return [*other_sources, Source(doc.path, analysis, scores, (0, near_start), comment)]
+    def _pack_above(self, p: _Packing) -> None:
+        """The far part above the near window, and other open files, in the prefix (budget: what all
+        the other parts left)."""
+        others_key = tuple(sorted((o.path, content_hash(o.text), o.recent_rows) for o in p.other_docs))
+        recent_above = tuple(r for r in p.doc.recent_rows if r < p.near_start)
+        key = ("above", p.doc.uri, content_hash(p.text[:p.rows.offset(p.near_start)]), p.near_start, p.def_start,
+               others_key, p.budget, recent_above)
+        budget = p.budget - p.near_suffix_tokens - p.below.tokens - p.near_prefix_tokens
+        p.above = self._far_part(key, budget, p.budget, p.used,
+                                 lambda b: choose(self._sources_above(p), b, p.marker_tokens, p.count,
+                                                  p.count_tokens, with_headers=bool(p.other_docs), trailing=True,
+                                                  gap_before=False),
+                                 lambda: self._scored(p)["known"])
 
-        # Below the near window, in the suffix (budget: what the near suffix left of the suffix share).
-        if kept_below is not None and not kept_below.misses(used):
-            below = kept_below
-        else:  # first time here, or a newly typed name has a definition below that was not considered
-            below_key = ("below", doc.uri, content_hash(text[end_offset:]), near_end - def_start, budget,
-                         recent_below)
-            below = self._far_part(below_key, suffix_budget - near_suffix_tokens, budget, used,
-                                   lambda b: choose(sources("below"), b, marker_tokens, count, count_tokens,
-                                                    with_headers=False, trailing=False, gap_before=suffix_cut),
-                                   known)
-            self._suffixes.put(suffix_key, (near_suffix, suffix_cut, near_suffix_tokens, below))
-        suffix = near_suffix + below.text
-
-        # Above the near window, and other open files, in the prefix.
-        others_key = tuple(sorted((o.path, content_hash(o.text), o.recent_rows) for o in other_docs))
-        recent_above = tuple(r for r in doc.recent_rows if r < near_start)
-        above_key = ("above", doc.uri, content_hash(text[:rows.offset(near_start)]), near_start, def_start,
-                     others_key, budget, recent_above)
-        above_budget = budget - near_suffix_tokens - below.tokens - near_prefix_tokens
-        above = self._far_part(above_key, above_budget, budget, used, lambda b: choose(
-            sources("above"), b, marker_tokens, count, count_tokens, with_headers=bool(other_docs), trailing=True,
-            gap_before=False), known)
-        prefix = above.text + near_prefix
-
-        suffix_tokens = count(suffix) if suffix else 0
+    def _fit_to_budget(self, p: _Packing) -> PackedContext:
+        """The prompt: far parts around the near ones, cut where the counts of the pieces, made
+        separately, do not add up to the budget; and the regions it was cut from."""
+        prefix, suffix = p.above.text + p.near_prefix, p.near_suffix + p.below.text
+        budget, count_tokens = p.budget, p.count_tokens
+        suffix_tokens = p.count(suffix) if suffix else 0
         if suffix_tokens > budget:  # a tiny budget: its markers alone may not fit
             suffix = head_within(suffix, budget, count_tokens)
             suffix_tokens = count_tokens(suffix) if suffix else 0
@@ -202,12 +252,47 @@ class ContextCompressor:
         if prefix_tokens + suffix_tokens > budget:  # counts of the pieces did not add up: cut the head
             prefix = tail_within(prefix, budget - suffix_tokens, count_tokens)
             prefix_tokens = count_tokens(prefix)
-        regions = [*above.regions, Region(doc.path, near_start + 1, cursor_row + 1, "cursor_prefix", 1.0)]
-        if near_suffix:
-            regions.append(Region(doc.path, cursor_row + 1, cursor_row + 1 + near_suffix.count("\n"),
+        cursor_row, path = p.rows.cursor_row, p.doc.path
+        regions = [*p.above.regions, Region(path, p.near_start + 1, cursor_row + 1, "cursor_prefix", 1.0)]
+        if p.near_suffix:
+            regions.append(Region(path, cursor_row + 1, cursor_row + 1 + p.near_suffix.count("\n"),
                                   "cursor_suffix", 1.0))
-        regions.extend(below.regions)
+        regions.extend(p.below.regions)
         return PackedContext(prefix, suffix, prefix_tokens + suffix_tokens, regions)
+
+    # --- the far parts' sources: analysed only when a far part is chosen anew ---------------------
+
+    def _scored(self, p: _Packing) -> dict:
+        """score_sources' analysis and scores (with `closers`), computed at most once per build, and
+        only if a far part must be chosen: a kept one needs neither."""
+        if p.scored is None:
+            text, rows, cursor, cursor_row = p.text, p.rows, p.cursor, p.rows.cursor_row
+            query = query_names(text[rows.offset(max(p.def_start, cursor_row - 3 * QUERY_LINES)):cursor - p.typing])
+            attended = self.attention(text, cursor_row) if self.attention is not None else None
+            # Names shown above the function (the near prefix runs on) want their definitions too, less;
+            # read here, when a far part is chosen, not on every keystroke.
+            shown = identifiers(text[rows.offset(max(p.near_start, cursor_row - USE_WINDOW_LINES)):
+                                     rows.offset(p.def_start)]) - p.used if p.near_start < p.def_start else set()
+            scored = score_sources(p.doc, text, p.tree(), cursor_row, p.used, p.other_docs, query, self.weights,
+                                   attended, shown)
+            analysis = scored["analysis"]
+            # enclosing units whose closing rows (`}`) lie below the near window: kept there
+            scored["closers"] = tuple(analysis.definitions[d].signature for d in analysis.enclosing(cursor_row)
+                                      if any(r >= p.near_end for r in analysis.units[
+                                          analysis.definitions[d].signature].extra_rows))
+            p.scored = scored
+        return p.scored
+
+    def _sources_below(self, p: _Packing) -> list[Source]:
+        scored = self._scored(p)
+        analysis = scored["analysis"]
+        return [Source(p.doc.path, analysis, scored["scores"], (p.near_end, len(analysis.lines)), p.comment,
+                       scored["closers"])]
+
+    def _sources_above(self, p: _Packing) -> list[Source]:
+        scored = self._scored(p)
+        return [*scored["others"], Source(p.doc.path, scored["analysis"], scored["scores"], (0, p.near_start),
+                                          p.comment)]
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -234,9 +319,9 @@ class ContextCompressor:
         def_start, def_end = function_rows(language, text, tree(), rows.cursor, cursor_row)
         # No function found where there was one a keystroke ago is usually a transient parse too:
         # an opened docstring or string swallows the rest of the file until it is closed.
-        if previous is not None and (def_start is None or error_near(tree(), text, rows.cursor)):
-            if (window := kept()) is not None:
-                return window
+        if previous is not None and (def_start is None or error_near(tree(), text, rows.cursor)) \
+                and (window := kept()) is not None:
+            return window
         in_function = def_start is not None
         if def_start is None:  # outside any function
             def_start = max(0, (cursor_row // QUANTUM_LINES) * QUANTUM_LINES - WINDOW_LINES)
