@@ -41,9 +41,9 @@ def load_engine(model: "str | EngineSpec | None" = None, device: str | None = No
         from .runtime.choice import MEASURE, choose, load_llamacpp_engine, measure_and_load
 
         def on_torch(choice) -> "LocalEngine":
-            from .loading.torch_load import load_engine as _load
+            from .loading.torch_load import load_on_torch
 
-            engine = _load(model=spec.model, device=spec.device, dtype=spec.dtype, draft_model=spec.draft_model)
+            engine = load_on_torch(spec)
             engine.runtime_choice = choice.to_json()
             return engine
 

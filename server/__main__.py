@@ -50,7 +50,7 @@ def setup_logging(log_file: str | None, level: str) -> None:
 
 
 def main(argv: list[str] | None = None, load_engine=None) -> int:
-    """The server. `load_engine`: how the engine is made from the settings (default: as they say;
+    """The server. `load_engine(spec)`: how the engine the settings name is made (default: as they say;
     server/with_faults.py passes one that fails on purpose, for `bench soak`)."""
     args = parse_args(argv)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # its advice is noise in an editor's log

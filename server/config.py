@@ -24,16 +24,20 @@ MAX_CONFIG_BYTES = 1024 * 1024  # a pyproject.toml is a few KiB; a bigger file i
 Backend = BackendSpec  # the `[backend]` table: the engine's own type, so it crosses the door as it is
 
 
+# The engine's keys, each a key of its own in the config, held together as the engine's own type:
+# model (folder, GGUF file, catalog name or Hugging Face id; None = the embedded one), draft_model
+# (a small model with the same tokenizer that drafts for it), device ("auto": CUDA when available,
+# "cpu", "cuda", "cuda:N"), dtype ("auto": on a CPU measured once per CPU and model, bf16/fp16 on a
+# GPU; "int8", "float32", "bfloat16", "float16"), runtime ("auto": llama.cpp for a GGUF file on a
+# CPU; "torch", "llamacpp") and backend (a remote serving engine; from a project file only when
+# trusted).
+ENGINE_KEYS = ("model", "draft_model", "device", "dtype", "runtime", "backend")
+DEFAULT_ENGINE = EngineSpec(device="auto", dtype="auto")
+
+
 @dataclass(frozen=True)
 class Settings:
-    model: str | None = None  # model folder, GGUF file, catalog name or Hugging Face id; None = the embedded one
-    draft_model: str | None = None  # a small model with the same tokenizer that drafts for `model`
-    device: str = "auto"  # "auto" (CUDA when available), "cpu", "cuda", "cuda:N"
-    # "auto" (on a CPU measured once per CPU and model: engine/loading/auto_dtype.py; bf16/fp16 on a GPU), "int8",
-    # "float32", "bfloat16", "float16"
-    dtype: str = "auto"
-    # what runs the model in process: "auto" (llama.cpp for a GGUF file on a CPU), "torch", "llamacpp"
-    runtime: str = "auto"
+    engine: EngineSpec = DEFAULT_ENGINE  # what runs the model (ENGINE_KEYS); a change reloads it
     max_new_tokens: int = 64  # upper bound on one completion's length in tokens (single lines: 32 at most)
     multiline: str = "auto"  # "auto" | "always" | "never"
     context_budget: int = 1024  # prompt tokens (prefix + suffix) given to the model
@@ -48,13 +52,13 @@ class Settings:
     # a single line ends before the first token the model gives less than this probability (0 = off)
     min_confidence: float = 0.0
     log_level: str = "info"  # "debug" | "info" | "warning" | "error"
-    backend: Backend = Backend()  # a remote serving engine; from a project file only when trusted
     trusted_workspace: bool = False  # said by the editor only (VS Code workspace trust, Neovim :trust)
 
-    def engine_spec(self, workspace: str = "") -> EngineSpec:
-        """The engine these settings name, as the engine package takes it."""
-        return EngineSpec(self.model, self.draft_model, self.device, self.dtype, self.backend, workspace,
-                          self.runtime)
+    @classmethod
+    def of(cls, **keys: Any) -> Settings:
+        """Settings from config keys (valid ones): the engine's go into its EngineSpec."""
+        engine = {key: keys.pop(key) for key in ENGINE_KEYS if key in keys}
+        return cls(engine=dataclasses.replace(DEFAULT_ENGINE, **engine), **keys)
 
 
 @dataclass(frozen=True)
@@ -182,7 +186,7 @@ VALIDATORS = {
     "backend": _backend,
     "trusted_workspace": _bool,
 }
-assert set(VALIDATORS) == {f.name for f in dataclasses.fields(Settings)}
+assert set(VALIDATORS) == {f.name for f in dataclasses.fields(Settings)} - {"engine"} | set(ENGINE_KEYS)
 
 
 def _normalise_key(key: str) -> str:
@@ -304,7 +308,7 @@ class ConfigSources:
     def settings(self) -> Settings:
         file_values = {k: v for k, v in self.file_values.items() if k not in self.untrusted_file_keys()}
         merged = {**self.anchored(file_values), **self.init_values, **self.client_values}
-        return Settings(**merged)
+        return Settings.of(**merged)
 
     def anchored(self, values: dict[str, Any]) -> dict[str, Any]:
         """The project file's relative model paths resolved against the workspace root, where the

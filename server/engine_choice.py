@@ -1,6 +1,6 @@
-"""The engine the settings name, described to the engine package, which chooses and loads it; the
-defaults loaded instead when what they name fails; and the holder of the loaded engine and of the
-engine thread every model run goes through."""
+"""The engine the settings name (an EngineSpec: the engine package chooses and loads it with
+`load_engine(spec)`); the defaults loaded instead when what they name fails; and the holder of the
+loaded engine and of the engine thread every model run goes through."""
 
 from __future__ import annotations
 
@@ -9,41 +9,40 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
-from memosight.engine.protocol import Engine
+from memosight.engine.protocol import Engine, EngineSpec
 
-from .config import Settings
+from .config import DEFAULT_ENGINE
+
+Load = Callable[[EngineSpec], Engine]
 
 
-def load_engine_from_settings(settings: Settings, workspace: str = "") -> Engine:
-    """The engine the settings name: in-process, or a serving engine with the in-process one as its
-    fallback (the engine package chooses; the server only describes)."""
+def load(spec: EngineSpec) -> Engine:
+    """The engine package's `load_engine(spec)`: the engine `spec` names: in-process, or a serving engine with the in-process one as its
+    fallback (the engine package chooses; the server only describes). Torch is imported only here."""
     from memosight.engine import load_engine
 
-    return load_engine(settings.engine_spec(workspace))
+    return load_engine(spec)
 
 
-def load_with_fallback(load: Callable[[Settings], Engine], settings: Settings,
-                       say: Callable[[str], None] | None) -> Engine:
-    """Load what `settings` name; if that fails, `say` why and load the defaults for the model,
-    device and dtype keys instead, so a bad value costs that key only (a bad draft model, the draft
-    only). `say` None: no fallback, the failure is raised (a command-line run)."""
+def load_with_fallback(load: Load, spec: EngineSpec, say: Callable[[str], None] | None) -> Engine:
+    """Load what `spec` names; if that fails, `say` why and load the defaults for the model,
+    device, dtype and runtime keys instead, so a bad value costs that key only (a bad draft model,
+    the draft only). `say` None: no fallback, the failure is raised (a command-line run)."""
     try:
-        return load(settings)
+        return load(spec)
     except Exception as exc:
         if say is None:
             raise
-        if settings.draft_model is not None:
+        if spec.draft_model is not None:
             try:
-                engine = load(dataclasses.replace(settings, draft_model=None))
+                engine = load(dataclasses.replace(spec, draft_model=None))
             except Exception:  # noqa: BLE001 - the model itself is at fault too: the defaults below
                 pass
             else:
                 say(f"{exc}. Going on without the draft model.")
                 return engine
-        defaults = Settings()
-        fallback = dataclasses.replace(settings, model=defaults.model, draft_model=defaults.draft_model,
-                                       device=defaults.device, dtype=defaults.dtype, runtime=defaults.runtime)
-        if fallback == settings:
+        fallback = dataclasses.replace(DEFAULT_ENGINE, backend=spec.backend, workspace=spec.workspace)
+        if fallback == spec:
             raise
         say(f"{exc}. Using the default model, device and dtype instead.")
         return load(fallback)
@@ -53,22 +52,21 @@ class EngineHolder:
     """The engine the settings name, loaded in the background on the engine thread, and that thread:
     model runs (loads, generations, warm-ups, prefetches) go through it one at a time, in order."""
 
-    def __init__(self, load: Callable[[Settings], Engine], say: Callable[[str], None] | None):
+    def __init__(self, load: Load, say: Callable[[str], None] | None):
         self._load = load
         self._say = say  # why the defaults were loaded instead; None: a failed load raises (a command)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memosight-engine")
         self._future: Future | None = None
-        self._key: tuple | None = None
+        self._spec: EngineSpec | None = None
         self._queued: set[Future] = set()  # runs submitted and not done, the load included
 
-    def ensure(self, settings: Settings) -> tuple[Future, bool]:
-        """(the load of the engine `settings` name, whether it starts now): unless it is loaded or
+    def ensure(self, spec: EngineSpec) -> tuple[Future, bool]:
+        """(the load of the engine `spec` names, whether it starts now): unless it is loaded or
         loading already."""
-        key = (settings.model, settings.draft_model, settings.device, settings.dtype, settings.runtime, settings.backend)
-        started = self._future is None or key != self._key or self._future.cancelled()
+        started = self._future is None or spec != self._spec or self._future.cancelled()
         if started:
-            self._key = key
-            self._future = self.submit(load_with_fallback, self._load, settings, self._say)
+            self._spec = spec
+            self._future = self.submit(load_with_fallback, self._load, spec, self._say)
         return self._future, started
 
     def ready(self) -> Engine | None:

@@ -19,15 +19,15 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     from memosight.engine import fault_injector
 
-    from .engine_choice import load_engine_from_settings
+    from .engine_choice import load
 
     try:
         faulty = fault_injector(args.faults)
     except ValueError as exc:
         parser.error(f"--faults: {exc}")
 
-    def load_engine(settings):
-        return faulty(load_engine_from_settings(settings))
+    def load_engine(spec):
+        return faulty(load(spec))
     return lsp_main.main(rest, load_engine)
 
 

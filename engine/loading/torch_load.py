@@ -13,7 +13,7 @@ import torch
 from ..decoding import kv
 from ..engines.local import LocalEngine
 from ..models import DEFAULT_MODEL_DIR
-from ..protocol import ModelLoadError
+from ..protocol import EngineSpec, ModelLoadError
 from .auto_dtype import as_dtype, choose_cpu_dtype
 from .files import cache_root
 from .gguf import dequantized_folder, gguf_file
@@ -98,7 +98,7 @@ def _resolve(model: str | None) -> tuple[str, bool]:
 
 
 def model_folder(model: str | None) -> Path | None:
-    """The local folder `load_engine(model)` reads, where its draft files go (for a GGUF file, its
+    """The local folder `load_on_torch` reads, where its draft files go (for a GGUF file, its
     dequantized copy in the cache); None for a Hugging Face id."""
     source, local = _resolve(model)
     return Path(source) if local else None
@@ -193,8 +193,9 @@ def _model_key(source: str, local: bool) -> str:
                                                      for f in files])
 
 
-def load_engine(model: str | None = None, device: str | None = None, dtype: str | None = None,
-                draft_model: str | None = None) -> LocalEngine:
+def load_on_torch(spec: EngineSpec) -> LocalEngine:
+    """The in-process engine on torch (transformers) for what `spec` names (its backend aside)."""
+    model, device, dtype, draft_model = spec.model, spec.device, spec.dtype, spec.draft_model
     torch_device = pick_device(device)
     torch_dtype = pick_dtype(dtype, torch_device)
     source, local = _resolve(model)

@@ -312,12 +312,12 @@ def exported_gguf(model: str | None) -> Path:
     out = cache_root() / "gguf-exports" / f"{source.name}-{digest}.gguf"
     if not out.is_file():
         from ..loading.export_gguf import export_gguf
-        from ..loading.torch_load import load_engine
+        from ..loading.torch_load import load_on_torch
 
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = out.with_suffix(f".{os.getpid()}.tmp")
         try:
-            export_gguf(load_engine(model, device="cpu", dtype="float32"), staging)
+            export_gguf(load_on_torch(EngineSpec(model, device="cpu", dtype="float32")), staging)
         except (ValueError, KeyError, NotImplementedError) as exc:
             staging.unlink(missing_ok=True)
             raise ModelLoadError(f"{model or 'the embedded model'} could not be written as a GGUF file for llama.cpp "

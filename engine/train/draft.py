@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from ..loading.torch_load import load_engine
-from ..protocol import EngineError
+from ..loading.torch_load import load_on_torch
+from ..protocol import EngineError, EngineSpec
 from . import Progress, checkpoint
 from .heads import split_files, windows_from_texts
 from .optim import Schedule, adamw, fit
@@ -137,7 +137,7 @@ def run_draft(target: str | None, out: Path, cfg: DraftTrainConfig, *, corpus_sp
 
     if resume and not (out / CHECKPOINT_FILE).exists():
         raise EngineError(f"nothing to resume in {out} (no {CHECKPOINT_FILE})")
-    engine = load_engine(target, device=device, dtype="float32")
+    engine = load_on_torch(EngineSpec(target, device=device, dtype="float32"))
     torch.set_num_threads(threads or os.cpu_count() or 1)
     teacher, tokenizer = engine.model, engine.tokenizer
     train_files, val_files = split_files(corpus_specs, cfg.seed, max_files)

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..protocol import EngineError
+from ..protocol import EngineError, EngineSpec
 from . import Progress, checkpoint
 from .optim import Schedule, adamw, fit
 
@@ -166,12 +166,12 @@ def run_finetune(model: str | None, out: Path, cfg: FinetuneConfig,
     import json
     import shutil
 
-    from ..loading.torch_load import load_engine
+    from ..loading.torch_load import load_on_torch
     from .export import export_model
 
     if resume and not (out / CHECKPOINT_FILE).is_file():
         raise EngineError(f"nothing to resume in {out} (no {CHECKPOINT_FILE}); run without --resume")
-    engine = load_engine(model, device=device, dtype="float32")
+    engine = load_on_torch(EngineSpec(model, device=device, dtype="float32"))
     torch.set_num_threads(threads or torch.get_num_threads())
     out.mkdir(parents=True, exist_ok=True)
     examples_file = out / "examples.pt"

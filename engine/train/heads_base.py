@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..protocol import EngineError
+from ..protocol import EngineError, EngineSpec
 
 
 @dataclass
@@ -55,10 +55,10 @@ def heads_runtime(model: str | None, device: str | None, asked: str = "auto") ->
 
 
 def torch_base(model: str | None, device: str | None, threads: int) -> Base:
-    from ..loading.torch_load import load_engine
+    from ..loading.torch_load import load_on_torch
 
-    engine = load_engine(model, device=device, dtype="float32")
-    torch.set_num_threads(threads or os.cpu_count() or 1)  # load_engine picks decoding's count
+    engine = load_on_torch(EngineSpec(model, device=device, dtype="float32"))
+    torch.set_num_threads(threads or os.cpu_count() or 1)  # load_on_torch picks decoding's count
     base = engine.model
     for p in base.parameters():
         p.requires_grad_(False)

@@ -16,8 +16,8 @@ import torch
 
 from ..decoding import kv
 from ..drafts.ngram import NgramTable
-from ..loading.torch_load import load_engine, load_tokenizer
-from ..protocol import EngineError
+from ..loading.torch_load import load_on_torch, load_tokenizer
+from ..protocol import EngineError, EngineSpec
 from . import Progress
 from .corpus import build_corpus, resolve_sources
 
@@ -56,7 +56,7 @@ def greedy_choices(model: str | None, device: str | None, tokens: np.ndarray, bu
                    progress: Progress | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Windows of `tokens` spread evenly over the stream, up to `budget` tokens, and the model's
     greedy next token at each of their positions."""
-    engine = load_engine(model, device=device, dtype="float32")
+    engine = load_on_torch(EngineSpec(model, device=device, dtype="float32"))
     window = min(window, getattr(engine.model.config, "max_position_embeddings", None) or window)
     starts = list(range(0, max(1, len(tokens) - window), window))
     keep = max(1, min(len(starts), budget // window))

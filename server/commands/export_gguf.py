@@ -24,11 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from memosight.engine.loading.export_gguf import export_gguf
-    from memosight.engine.loading.torch_load import load_engine
+    from memosight.engine import load_engine
 
     out = Path(args.out)
     if not out.parent.is_dir():
         raise CommandError(f"the folder of --out {str(out)!r} does not exist")
-    report = export_gguf(load_engine(args.model, device="cpu", dtype="float32"), out, args.dtype)
+    report = export_gguf(load_engine(args.model, device="cpu", dtype="float32", runtime="torch"), out, args.dtype)
     print(json.dumps(report))
     return 0

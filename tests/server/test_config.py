@@ -49,7 +49,7 @@ def test_editor_settings_override_init_options_override_the_file(tmp_path: Path)
     sources.client_values, _ = validate({"maxNewTokens": 30}, "client")
     settings = sources.settings()
     assert (settings.max_new_tokens, settings.context_budget, settings.multiline) == (30, 400, "never")
-    assert settings.device == Settings().device
+    assert settings.engine.device == Settings().engine.device
 
 
 def test_file_change_is_noticed(tmp_path: Path):
@@ -87,7 +87,7 @@ def test_a_backend_in_an_untrusted_project_file_is_ignored_and_said(tmp_path: Pa
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     sources = _project_with_backend(tmp_path)
     settings = sources.settings()  # the rest stays, its relative model path the workspace's
-    assert settings.backend == Backend() and settings.model == str(sources.root / "./m")
+    assert settings.engine.backend == Backend() and settings.engine.model == str(sources.root / "./m")
     notice = sources.trust_notices()[0]
     assert "ignored `backend`" in notice and "trust" in notice and "Nothing is sent" in notice
 
@@ -98,7 +98,7 @@ def test_the_project_file_cannot_trust_itself(tmp_path: Path, monkeypatch):
         'trusted_workspace = true\n[backend]\nkind = "llamacpp"\nurl = "http://stranger:8080"\n')
     sources = ConfigSources(root=tmp_path)
     sources.reload_file()
-    assert sources.settings().backend == Backend()
+    assert sources.settings().engine.backend == Backend()
     assert "trusted_workspace, backend" in sources.trust_notices()[0]
 
 
@@ -107,13 +107,13 @@ def test_the_editor_or_the_users_allow_list_trusts_a_workspace(tmp_path: Path, m
     monkeypatch.setenv("HOME", str(home))
     sources = _project_with_backend(tmp_path)
     sources.init_values, errors = validate({"trustedWorkspace": True}, "initializationOptions")
-    assert errors == [] and sources.settings().backend.url == "http://stranger:8000/v1"
+    assert errors == [] and sources.settings().engine.backend.url == "http://stranger:8000/v1"
     assert sources.trust_notices() == []
     sources.init_values = {}
     allow = home / ".config" / "memosight" / "trusted-workspaces"
     allow.parent.mkdir(parents=True)
     allow.write_text(f"# mine\n{tmp_path}\n")
-    assert sources.settings().backend.kind == "openai"
+    assert sources.settings().engine.backend.kind == "openai"
 
 
 def test_editor_settings_may_name_a_backend_and_bad_backends_say_why():
@@ -148,9 +148,9 @@ def test_relative_model_paths_in_the_project_file_are_the_workspaces(tmp_path: P
                             ("smollm2-135m", "smollm2-135m"), ("org/name", "org/name"),
                             (str(root / "models/mine"), str(root / "models/mine"))]:
         sources.file_values = {"model": value}
-        assert sources.settings().model == expected, value
+        assert sources.settings().engine.model == expected, value
     sources.file_values, sources.client_values = {}, {"model": "models/mine"}  # the editor's: as it says
-    assert sources.settings().model == "models/mine"
+    assert sources.settings().engine.model == "models/mine"
     from memosight.engine import load_engine
 
     with pytest.raises(EngineError) as info:  # the message names the path it tried

@@ -1,4 +1,4 @@
-from memosight.server.config import Settings
+from memosight.engine.protocol import EngineSpec
 from memosight.server.engine_choice import EngineHolder
 
 
@@ -13,17 +13,17 @@ class Closable:
 def test_the_holder_loads_once_per_engine_and_runs_work_after_the_load_in_order():
     loads = []
 
-    def load(settings):
-        loads.append(settings.model)
-        return Closable(settings.model)
+    def load(spec):
+        loads.append(spec.model)
+        return Closable(spec.model)
     holder = EngineHolder(load, say=None)
-    first, started = holder.ensure(Settings(model="a"))
-    again, started_again = holder.ensure(Settings(model="a", max_new_tokens=5))  # not an engine setting
+    first, started = holder.ensure(EngineSpec(model="a"))
+    again, started_again = holder.ensure(EngineSpec(model="a"))  # an equal spec
     assert started and not started_again and again is first
     order = []
     holder.submit(order.append, "after the load").result()
     assert holder.ready().name == "a" and order == ["after the load"]
-    other, started = holder.ensure(Settings(model="b"))
+    other, started = holder.ensure(EngineSpec(model="b"))
     assert started and other.result().name == "b" and loads == ["a", "b"]
     engine = holder.ready()
     holder.close(wait=True)
@@ -33,10 +33,10 @@ def test_the_holder_loads_once_per_engine_and_runs_work_after_the_load_in_order(
 def test_a_failed_load_falls_back_to_the_defaults_and_says_why():
     said = []
 
-    def load(settings):
-        if settings.model == "missing":
+    def load(spec):
+        if spec.model == "missing":
             raise ValueError("no model 'missing'")
-        return Closable(settings.model)
+        return Closable(spec.model)
     holder = EngineHolder(load, say=said.append)
-    assert holder.ensure(Settings(model="missing"))[0].result().name is None  # the embedded default
+    assert holder.ensure(EngineSpec(model="missing"))[0].result().name is None  # the embedded default
     assert said and "no model 'missing'" in said[0] and "default model" in said[0]

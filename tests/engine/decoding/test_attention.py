@@ -1,14 +1,14 @@
 """engine/decoding/attention.py: what the lines above a row attend to, per earlier line."""
 
 import pytest
-from memosight.engine.loading.torch_load import load_engine
+from memosight.engine import load_engine
 
 LINES = [f"def step_{i}(items):\n    return sum(items) * {i}" for i in range(12)]
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    return load_engine(str(tiny_model_dir), device="cpu")
+    return load_engine(str(tiny_model_dir), device="cpu", runtime="torch")
 
 
 def test_shares_cover_the_lines_before_the_query_and_nothing_after_the_row(engine):

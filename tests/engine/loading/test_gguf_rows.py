@@ -23,11 +23,11 @@ def test_the_header_alone_finds_every_tensor_where_gguf_reader_does(embedded_ggu
 
 def test_rows_are_the_models_own_and_give_llama_cpps_logits(embedded_gguf):
     from memosight.engine.loading.gguf_rows import GgufRows
-    from memosight.engine.loading.torch_load import load_engine
+    from memosight.engine import load_engine
     from memosight.engine.runtime.llamacpp import LlamaCppRuntime
 
     rows = GgufRows(embedded_gguf)
-    model = load_engine(device="cpu", dtype="float32").model  # the model the file was exported from
+    model = load_engine(device="cpu", dtype="float32", runtime="torch").model  # the model the file was exported from
     ids = [0, 7, 1234, rows.vocab_size - 1]
     assert np.array_equal(rows.embedding_rows(ids), model.get_input_embeddings().weight[ids].detach().numpy())
     assert np.array_equal(rows.embedding(1234), rows.embedding_rows([1234])[0])

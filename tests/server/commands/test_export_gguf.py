@@ -30,7 +30,7 @@ def test_the_arguments_default_to_the_embedded_model_in_float32_and_refuse_other
 
 
 def test_an_out_folder_that_does_not_exist_is_refused_before_a_model_loads(tmp_path, monkeypatch):
-    import memosight.engine.loading.torch_load as loading
+    import memosight.engine as loading
 
     def never(*args, **kwargs):
         raise AssertionError("a model was loaded for an --out that cannot be written")
