@@ -1,5 +1,5 @@
 """What a completion request is made of: the suggestion and answer it gets, its view of the
-document (Ticket), the model run it may share with later requests (Generation, Job), and the
+document (Ticket), the model run it may share with later requests (Generation), and the
 running counters. Plain data, no engine."""
 
 from __future__ import annotations
@@ -64,15 +64,6 @@ class Generation:
     # A multi-line run's first finished line(s), as a Suggestion, as soon as they are written: the
     # request shows them while the run goes on; the rest lands in the completion cache.
     first_lines: Future = field(default_factory=Future)
-
-
-@dataclass
-class Job:
-    """One request. Several jobs may share a generation (typing-through while it runs)."""
-
-    uri: str
-    generation: Generation
-    superseded: bool = False
 
 
 # Typed into a suggestion: the one rule. Every path that asks "did the user type along what the

@@ -23,7 +23,7 @@ from .context.service import ContextService
 from .context.workspace import WorkspaceIndex
 from .documents import Document
 from .engine_choice import EngineHolder, Load
-from .requests import Answer, Counters, Generation, Job, Suggestion, Ticket, rest_after
+from .requests import Answer, Counters, Generation, Suggestion, Ticket, rest_after
 from .runs import Runs
 from .timeline import StageStats, Timeline
 from .user_messages import UserMessages
@@ -44,7 +44,7 @@ class Suggester:
         self.messages = UserMessages(say)  # `say`: a message shown at once, from any thread
         # the server falls back to the defaults and says so; a command-line run says no
         self.engine = EngineHolder(load_engine or engine_choice.load, self.messages.waiting.append if fallback else None)
-        self._jobs: dict[str, Job] = {}  # uri -> its latest request
+        self._asking: dict[str, Ticket] = {}  # uri -> its latest request, until answered: the others are overtaken
         # every completion computed, for typing along it (typing-through) and for prefetches
         self.completions = CompletionCache()
         self.counters = Counters()
@@ -74,7 +74,7 @@ class Suggester:
         self.completions.forget(uri)
         self.ahead.forget(uri)
         self.runs.stop(uri)  # a cancelled run still going holds the text
-        self._jobs.pop(uri, None)
+        self._asking.pop(uri, None)
 
     # --- the request ------------------------------------------------------------------------------
 
@@ -117,10 +117,11 @@ class Suggester:
         # 2. The engine is this request's now: warm-ups for any text stop (the request prefills the
         #    rest of its own from where it stopped; another's must not hold the engine).
         self.ahead.stop_warm_ups()
-        # 3. Join the document's run the user typed along (a request's, a prefetch's), or start one.
-        job = self._job(ticket, settings)
+        # 3. Join the document's run the user typed along (a request's, a prefetch's), or start one,
+        #    and wait for its first answer (the engine loads first, if it must).
+        gen = self._run_for(ticket, settings)
         try:
-            suggestion = await self._run_or_join(job, ticket, on_partial, cold, timeline)
+            suggestion = await self._run_or_join(gen, ticket, on_partial, cold, timeline)
         except asyncio.CancelledError:
             # The editor cancels a request when the user types on. The run goes on (bounded by
             # max_new_tokens and the latency budget): a later request typed into it joins it, its
@@ -131,11 +132,12 @@ class Suggester:
             self.counters.cancelled += 1
             raise
         finally:
-            if self._jobs.get(job.uri) is job:
-                del self._jobs[job.uri]
+            overtaken = self._asking.get(ticket.seen.uri) is not ticket
+            if not overtaken:
+                del self._asking[ticket.seen.uri]
         # 4. The answer: none for a request overtaken by another; what was typed since, dropped.
-        if job.superseded or job.generation.cancel.is_set():
-            return self._finish_cancelled(job)
+        if overtaken or gen.cancel.is_set():
+            return self._finish_cancelled(overtaken)
         return self._answer(suggestion, ticket, started)
 
     def _typed_through(self, ticket: Ticket, settings: Settings, timeline: Timeline,
@@ -146,7 +148,7 @@ class Suggester:
         hit = self.completions.lookup(ticket.seen.uri, ticket.seen.text, ticket.cursor)
         if hit is None:
             return None
-        self._supersede(ticket.seen.uri)
+        self._asking.pop(ticket.seen.uri, None)  # an earlier request still waiting is overtaken
         self.runs.stop(ticket.seen.uri, source="request")  # a prefetch goes on: the Tab after this
         self.counters.typed_through += 1
         timeline.kind = "typed_through"
@@ -155,26 +157,19 @@ class Suggester:
         self.counters.answered(hit.rest, latency)
         return Suggestion(hit.rest, ticket.cursor, latency, 0, "typed_through")
 
-    def _job(self, ticket: Ticket, settings: Settings) -> Job:
-        """This request's job: it shares the document's run when the user only typed along it
-        (under the same settings); otherwise a new run starts, and the one before it stops."""
-        self._supersede(ticket.seen.uri)
+    def _run_for(self, ticket: Ticket, settings: Settings) -> Generation:
+        """The run this request waits for, now the document's latest request (an earlier one still
+        waiting is overtaken): the document's run when the user only typed along it (under the same
+        settings); otherwise a new one, and the one before it stops."""
+        self._asking[ticket.seen.uri] = ticket
         gen = self.runs.joinable(ticket.seen.uri, ticket.seen.text, ticket.cursor, settings)
         if gen is not None:
             self.counters.joined += 1
-        else:
-            gen = self.runs.start(ticket, settings)
-        job = self._jobs[ticket.seen.uri] = Job(ticket.seen.uri, gen)
-        return job
+            return gen
+        return self.runs.start(ticket, settings)
 
-    def _supersede(self, uri: str) -> None:
-        old = self._jobs.pop(uri, None)
-        if old is not None:
-            old.superseded = True
-
-    async def _run_or_join(self, job: Job, ticket: Ticket, on_partial, cold: bool,
+    async def _run_or_join(self, gen: Generation, ticket: Ticket, on_partial, cold: bool,
                            timeline: Timeline) -> Suggestion | None:
-        gen = job.generation
         if gen.future is None:
             # shield: cancelling this request must not cancel the shared engine load
             engine = await asyncio.shield(asyncio.wrap_future(self.ensure_engine(gen.settings)))
@@ -221,8 +216,8 @@ class Suggester:
         # shield: a request that is cancelled must not cancel the shared generation's future
         return await asyncio.shield(full)
 
-    def _finish_cancelled(self, job: Job) -> None:
-        if job.superseded:
+    def _finish_cancelled(self, overtaken: bool) -> None:
+        if overtaken:
             self.counters.superseded += 1
         else:
             self.counters.cancelled += 1
@@ -255,7 +250,7 @@ class Suggester:
 
     def memory(self) -> dict:
         """What the request side holds: runs kept per document, work ahead, the context's caches."""
-        return {"jobs": len(self._jobs), "runs": len(self.runs), **self.ahead.memory(),
+        return {"requests_waiting": len(self._asking), "runs": len(self.runs), **self.ahead.memory(),
                 "context_caches": self.context.compressor.cache_entries()}
 
     def close(self) -> None:

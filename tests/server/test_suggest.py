@@ -386,10 +386,10 @@ def test_closing_a_document_drops_its_running_generation(scripted_engine):
         suggester = Suggester(lambda settings: scripted_engine(delay=0.01))
         doc = Document("file:///a.py", "x = \n", "python")
         request = asyncio.ensure_future(suggest(suggester, doc, 4, Settings()))
-        await until(lambda: "file:///a.py" in suggester._jobs)
+        await until(lambda: "file:///a.py" in suggester._asking)
         request.cancel()  # the editor cancels; the generation is still running
         suggester.forget(doc.uri)  # and the document is closed
-        assert suggester._jobs == {}  # nothing holds its text any more
+        assert suggester._asking == {} and len(suggester.runs) == 0  # nothing holds its text any more
         suggester.shutdown()
     asyncio.run(run())
 
