@@ -1,6 +1,6 @@
 """One HTTP POST as llama.vim's curl jobs make it (loopback_http.py), against small servers on
-127.0.0.1: what it sends, plain and chunked bodies, any status, failures as ("", False), and a
-cancelled task dropping the connection."""
+127.0.0.1: what it sends, plain and chunked bodies, any status, failures as ("", False), a body cut
+short, and a cancelled task dropping the connection."""
 
 from __future__ import annotations
 
@@ -85,6 +85,13 @@ async def test_no_server_or_no_answer_is_a_failed_transfer():
         assert await post_json(url + "/infill", {}, {}) == ("", False)
     # the port is free again once the server is closed: the connection is refused
     assert await post_json(url + "/infill", {}, {}) == ("", False)
+
+
+async def test_a_body_cut_short_is_a_failed_transfer_with_what_came_of_it():
+    # as curl --silent: what arrived goes to stdout, and the job ends in an error
+    server, url, _ = await raw_server(reply("200 OK", b'{"con', "Content-Length: 19"))
+    async with server:
+        assert await post_json(url + "/infill", {}, {}) == ('{"con', False)
 
 
 async def test_cancelling_the_task_drops_the_connection():
