@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .loading import catalog  # the model catalog: names, pinned files, `pull` (no torch, no huggingface_hub)
 from .protocol import (BackendSpec, Completion, CompletionRequest, Engine, EngineError, EngineInfo, EngineSettings,
                         EngineSpec, ModelLoadError, RequestOptions, StopRule, Stream)
 
@@ -18,9 +19,7 @@ if TYPE_CHECKING:
 
 def catalog_names() -> frozenset[str]:
     """The names `memosight model pull` knows (`model = "qwen2.5-coder-0.5b"`): names, not paths."""
-    from .loading.catalog import CATALOG  # no torch, no huggingface_hub
-
-    return frozenset(CATALOG)
+    return frozenset(catalog.CATALOG)
 
 
 def load_engine(model: "str | EngineSpec | None" = None, device: str | None = None, dtype: str | None = None,
@@ -84,6 +83,6 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-__all__ = ["load_engine", "Engine", "EngineSpec", "BackendSpec", "EngineInfo", "LocalEngine", "EngineError",
+__all__ = ["load_engine", "catalog", "Engine", "EngineSpec", "BackendSpec", "EngineInfo", "LocalEngine", "EngineError",
            "ModelLoadError", "EngineSettings",
            "CompletionRequest", "RequestOptions", "Completion", "StopRule", "Stream"]

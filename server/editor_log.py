@@ -1,7 +1,7 @@
 """What the editor's own log and progress show: the server's warnings as `window/logMessage` (its
 output panel, beside the pop-ups that only some of them become), a work-done progress (`$/progress`)
-while a model loads, and `$/logTrace` lines when the editor asked for a trace (`$/setTrace`, or
-`trace` at initialize).
+while a model loads or downloads, and `$/logTrace` lines when the editor asked for a trace
+(`$/setTrace`, or `trace` at initialize).
 
 Warnings come from any thread (the engine's, the workspace scanner's): they go out on the event
 loop, and at most LOG_LINES_PER_MINUTE a minute, so a failing loop cannot flood the editor."""
@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from lsprotocol import types
@@ -67,24 +68,31 @@ class EditorLog:
         detail = verbose if self.trace == types.TraceValue.Verbose else None
         self.on_loop(self.connection.notify, types.LOG_TRACE, types.LogTraceParams(message, detail))
 
-    async def progress(self, title: str, message: str, work: Future) -> None:
-        """A progress bar in the editor from now until `work` ends (where the client shows them)."""
+    async def progress(self, title: str, message: str, work: Future, reports: ProgressReports | None = None,
+                       done: str = "ready") -> None:
+        """A progress bar in the editor from now until `work` ends (where the client shows them);
+        with `reports`, one that fills as they say (a percentage). It ends saying `done`, or why
+        the work failed."""
         if not self.progress_supported:
             return
         token = f"memosight-progress-{next(self._tokens)}"
         try:
             await self.connection.send_request(types.WINDOW_WORK_DONE_PROGRESS_CREATE,
                                                types.WorkDoneProgressCreateParams(token))
-        except Exception as exc:  # a client that refuses: no progress bar, nothing else lost
+        except Exception as exc:  # noqa: BLE001 - a client that refuses: no progress bar, nothing else lost
             logging.getLogger(__name__).info("window/workDoneProgress/create failed: %s", exc)
             return
         self.connection.notify(types.PROGRESS, types.ProgressParams(
-            token, types.WorkDoneProgressBegin(title=title, message=message)))
+            token, types.WorkDoneProgressBegin(title=title, message=message, percentage=0 if reports else None)))
+        if reports is not None:
+            reports.attach(lambda report: self.connection.notify(types.PROGRESS, types.ProgressParams(token, report)))
         try:
             await asyncio.wrap_future(work)
-            done = "ready"
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure ends the bar, saying why
             done = f"failed: {exc}"[:300]
+        finally:
+            if reports is not None:
+                reports.attach(None)
         self.connection.notify(types.PROGRESS, types.ProgressParams(token, types.WorkDoneProgressEnd(message=done)))
 
     def on_loop(self, send, *args) -> bool:
@@ -101,6 +109,36 @@ class EditorLog:
         else:
             loop.call_soon_threadsafe(send, *args)
         return True
+
+
+class ProgressReports:
+    """A progress bar's percentages, told from any thread (a download's): each whole percent goes
+    to the editor once, on the event loop, while EditorLog.progress shows the bar (the latest one
+    told before the bar was shown goes when it is)."""
+
+    def __init__(self, editor_log: EditorLog) -> None:
+        self._editor_log = editor_log
+        self._told: int | None = None  # the last percentage told (the telling thread's)
+        self._latest: types.WorkDoneProgressReport | None = None  # the loop's, as the rest below
+        self._send: Callable[[types.WorkDoneProgressReport], None] | None = None
+
+    def report(self, percentage: float, message: str | None = None) -> None:
+        percentage = max(0, min(100, int(percentage)))
+        if percentage == self._told:
+            return
+        self._told = percentage
+        self._editor_log.on_loop(self._arrived, types.WorkDoneProgressReport(message=message, percentage=percentage))
+
+    def attach(self, send: Callable[[types.WorkDoneProgressReport], None] | None) -> None:
+        """On the loop: where reports go now (None: nowhere, the bar has ended)."""
+        self._send = send
+        if send is not None and self._latest is not None:
+            send(self._latest)
+
+    def _arrived(self, report: types.WorkDoneProgressReport) -> None:
+        self._latest = report
+        if self._send is not None:
+            self._send(report)
 
 
 class _Forward(logging.Handler):
@@ -122,7 +160,7 @@ class _Forward(logging.Handler):
         self._sending.on = True
         try:
             target.log(LEVELS.get(record.levelno, types.MessageType.Error), record.getMessage())
-        except Exception:  # a log line must never fail the code that logged it
+        except Exception:  # noqa: BLE001 - a log line must never fail the code that logged it
             self.handleError(record)
         finally:
             self._sending.on = False

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import attrs
 from lsprotocol import types
-from memosight.engine.protocol import Engine
+from memosight.engine.protocol import Engine, EngineSpec
 
 from . import __version__
 from .config import ConfigError, ConfigSources, Settings, validate
 from .context.workspace import WorkspaceIndex
 from .documents import Document, DocumentStore, Position, file_path
 from .editor_log import EditorLog
+from .model_offer import ModelOffer, stand_in
 from .requests import Ticket
 from .rpc import (
     CONTENT_MODIFIED,
@@ -64,7 +65,7 @@ CAPABILITIES = types.ServerCapabilities(
 
 
 class MemoSightServer:
-    def __init__(self, load_engine: Callable[[Settings], Engine] | None = None):
+    def __init__(self, load_engine: Callable[[EngineSpec], Engine] | None = None):
         self.client_capabilities = types.ClientCapabilities()  # the client's, from initialize
         self.documents = DocumentStore()
         self.config = ConfigSources()
@@ -76,6 +77,8 @@ class MemoSightServer:
         self.connection = Connection(on_answered=self.timelines.answered, on_error=self.report_server_error,
                                      on_dropped=self.report_dropped)
         self.editor_log = EditorLog(self.connection)  # window/logMessage, $/progress, $/logTrace
+        # a catalog model that is not downloaded: offered, pulled, then loaded by applying the settings again
+        self.model_offer = ModelOffer(self.connection, self.editor_log, self.report, self.apply_settings)
         self.initialized = False  # the client may be sent requests (a progress bar's token) from then on
         self._loading: object = None  # the engine load a progress bar was shown for
         self._reported: set[str] = set()  # messages already shown, so a bad file is reported once
@@ -84,7 +87,8 @@ class MemoSightServer:
 
     @property
     def settings(self) -> Settings:
-        return self.config.settings()
+        # a catalog model not downloaded yet: the embedded one runs until its file is there
+        return stand_in(self.config.settings())
 
     def report(self, message: str, kind: types.MessageType = types.MessageType.Warning, again: bool = False) -> None:
         """Log `message` and show it to the user, once (`again`: as often as the caller asks; it
@@ -134,13 +138,19 @@ class MemoSightServer:
         loading = self.suggester.ensure_engine(settings)
         if self.initialized:
             self.show_loading(loading, settings)
+            self.offer_model()
+
+    def offer_model(self) -> None:
+        """The catalog model the user's settings name, offered for download if it is missing."""
+        self.model_offer.consider(self.config.settings(), self.client_capabilities)
 
     def show_loading(self, loading, settings: Settings) -> None:
         """A progress bar in the editor while the engine loads (once per load)."""
         if loading is self._loading or loading.done():
             return
         self._loading = loading
-        what = settings.backend.url if settings.backend.kind != "local" else (settings.model or "the embedded model")
+        engine = settings.engine
+        what = engine.backend.url if engine.backend.kind != "local" else (engine.model or "the embedded model")
         asyncio.get_running_loop().create_task(self.editor_log.progress("MemoSight", f"loading {what}", loading))
 
     def reindex(self, uri: str) -> None:
@@ -173,8 +183,8 @@ def _to_position(p: types.Position) -> Position:
     return Position(p.line, p.character)
 
 
-def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> MemoSightServer:
-    """The server, with its handlers. `load_engine` builds the engine from the settings (default:
+def create_server(load_engine: Callable[[EngineSpec], Engine] | None = None) -> MemoSightServer:
+    """The server, with its handlers. `load_engine(spec)` builds the engine the settings name (default:
     the in-process engine; tests pass a test double)."""
     ls = MemoSightServer(load_engine)
 
@@ -200,6 +210,7 @@ def create_server(load_engine: Callable[[Settings], Engine] | None = None) -> Me
         await _watch_files(ls)
         await _pull_client_configuration(ls)
         ls.show_loading(ls.suggester.ensure_engine(ls.settings), ls.settings)
+        ls.offer_model()
 
     @ls.connection.notification(types.SET_TRACE)
     def set_trace(params: types.SetTraceParams) -> None:

@@ -1,9 +1,10 @@
 """The model catalog: a few GGUF code models worth using, by name, each pinned to one file of a
 Hugging Face repository at one commit, with its size and sha256.
 
-`memosight model pull NAME` downloads the file into `cache_root()/models/` (resumable, checked, moved
-into place whole); after that `model = "NAME"` loads it (engine/loading/gguf.py `gguf_file`). A file put there
-by hand under the same name is found just the same. A file is checked in full (sha256) once: a small
+`memosight model pull NAME` (or the editor's offer, server/model_offer.py) downloads the file into
+`cache_root()/models/` with huggingface_hub's `hf_hub_download`, checks it, and moves it into place
+whole; after that `model = "NAME"` loads it (engine/loading/gguf.py `gguf_file`). A file put there by
+hand under the same name is found just the same. A file is checked in full (sha256) once: a small
 marker beside it remembers the result for that size and modification time, and every later load
 checks only the size and the marker.
 
@@ -17,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -26,7 +28,9 @@ from .files import cache_root, digest_of
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 MARKER_SUFFIX = ".verified"  # beside the file: {"sha256", "size", "mtime_ns"} of the copy checked in full
-PART_SUFFIX = ".part"  # a download in progress; the next pull continues it
+# what a pull left before hf_hub_download did the transfer (listed as partial; the next pull removes it)
+PART_SUFFIX = ".part"
+STAGING_PREFIX = ".pull-"  # models/.pull-FILE/: one download's folder (hf_hub_download's local_dir), removed after
 
 
 @dataclass(frozen=True)
@@ -170,7 +174,7 @@ def check(model: CatalogModel, path: Path | None = None) -> str | None:
 
 def state(model: CatalogModel) -> str:
     """For a listing, without reading the file: verified, unchecked (right size, sha256 not computed
-    yet), wrong size, partial (a download to continue), missing."""
+    yet), wrong size, partial (left by an older version's pull; the next pull replaces it), missing."""
     path = model.path
     if path.is_file():
         if path.stat().st_size != model.size:
@@ -211,10 +215,12 @@ class Pulled:
                 "repo": self.model.repo, "revision": self.model.revision}
 
 
-def pull(name: str, say=lambda message: None) -> Pulled:
+def pull(name: str, say: Callable[[str], None] = lambda message: None,
+         progress: Callable[[int, int], None] | None = None) -> Pulled:
     """The file of catalog model `name` in place and checked: already there (no network), or
-    downloaded now at the pinned revision. `say` hears progress lines; the download shows
-    huggingface_hub's progress bar on stderr."""
+    downloaded now at the pinned revision. `say` hears status lines; `progress(done_bytes,
+    total_bytes)` hears the transfer, from the thread that runs the pull (a bar on the command
+    line, $/progress in the editor)."""
     model = lookup(name)
     path = model.path
     if path.is_file():
@@ -233,7 +239,7 @@ def pull(name: str, say=lambda message: None) -> Pulled:
     lock = FileLock(str(path.with_name(f".{path.name}.lock")), timeout=0)
     try:
         with lock:
-            _download(model, say)
+            _download(model, say, progress)
     except Timeout:
         raise PullError(f"another `memosight model pull {name}` is downloading {path} now; wait for it to "
                         "finish") from None
@@ -254,20 +260,55 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _download(model: CatalogModel, say) -> None:
-    from huggingface_hub import get_hf_file_metadata
+class _Transfer:
+    """How far a download is, heard through huggingface_hub's progress bars (`tqdm_class`), which
+    draw nothing here: `progress` shows it. Over HTTP there is one bar; over Xet one counts the
+    bytes received and one those written, so the furthest is taken."""
+
+    def __init__(self, total: int, progress: Callable[[int, int], None] | None):
+        self.total, self.progress = total, progress
+        self.bars: list = []
+        self.done = 0
+
+    def heard(self) -> None:
+        self.done = min(self.total, max((bar.count for bar in self.bars), default=0))
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+    def bar_class(self) -> type:
+        from tqdm import tqdm
+
+        transfer = self
+
+        class Bar(tqdm):
+            def __init__(self, *args, **kwargs):
+                kwargs["disable"] = True  # a tqdm that is not huggingface_hub's own is never disabled for us
+                super().__init__(*args, **kwargs)
+                self.count = kwargs.get("initial") or 0
+                transfer.bars.append(self)
+                transfer.heard()
+
+            def update(self, n=1):
+                self.count += n or 0  # negative when a server ignored a Range and it starts over
+                transfer.heard()
+
+        return Bar
+
+
+def _download(model: CatalogModel, say: Callable[[str], None], progress: Callable[[int, int], None] | None) -> None:
+    # The transfer is huggingface_hub's public hf_hub_download: HF_ENDPOINT, retries that continue a
+    # broken connection where it stopped, Xet storage, a copy already in its own cache reused. Into a
+    # staging local_dir beside the final file rather than its cache: one copy, under MEMOSIGHT_CACHE,
+    # with no link into a cache that `hf cache delete` empties; and the file takes its final name only
+    # once our size and sha256 checks pass (local_dir=models_dir() would name it before them).
+    from huggingface_hub import get_hf_file_metadata, hf_hub_download
     from huggingface_hub.errors import HfHubHTTPError
-    from huggingface_hub.file_download import http_get
-    from huggingface_hub.utils import build_hf_headers
 
     path = model.path
-    part = path.with_name(path.name + PART_SUFFIX)
     endpoint = hub_endpoint()
     url = model.url(endpoint)
-    # public repositories: no token, so none goes to an HF_ENDPOINT mirror or a CDN
-    headers = {**build_hf_headers(token=False, library_name="memosight"), "Accept-Encoding": "identity"}
-    try:
-        meta = get_hf_file_metadata(url, token=False, headers=headers, endpoint=endpoint)
+    try:  # public repositories: no token, so none goes to an HF_ENDPOINT mirror or a CDN
+        meta = get_hf_file_metadata(url, token=False, library_name="memosight", endpoint=endpoint)
     except HfHubHTTPError as exc:
         raise PullError(f"{endpoint} refused {model.file} of {model.repo} at {model.revision[:12]} "
                         f"({_first_line(exc)}); {by_hand(model)}") from exc
@@ -281,45 +322,39 @@ def _download(model: CatalogModel, say) -> None:
     if len(etag) == 64 and all(c in "0123456789abcdef" for c in etag) and etag != model.sha256:
         raise PullError(f"{url} has sha256 {etag}, but the catalog pins {model.sha256}: not downloading it")
 
-    have = part.stat().st_size if part.is_file() else 0
-    if have > model.size:  # not a prefix of this file
-        part.unlink()
-        have = 0
+    staging = models_dir() / f"{STAGING_PREFIX}{model.file}"
+    shutil.rmtree(staging, ignore_errors=True)  # a killed pull's: hf_hub_download does not continue it
+    path.with_name(path.name + PART_SUFFIX).unlink(missing_ok=True)  # an older memosight's, never continued now
     free = shutil.disk_usage(path.parent).free
-    if free < model.size - have:
-        raise PullError(f"{path.parent} has {free / 1e9:.1f} GB free; {model.name} needs "
-                        f"{(model.size - have) / 1e9:.1f} GB more")
-    say(f"{'continuing' if have else 'downloading'} {model.name} from {url}"
-        + (f" at {have:,} of {model.size:,} bytes" if have else f" ({model.size / 1e6:,.0f} MB)"))
+    if free < model.size:
+        raise PullError(f"{path.parent} has {free / 1e9:.1f} GB free; {model.name} needs {model.size / 1e9:.1f} GB")
+    say(f"downloading {model.name} from {url} ({model.size / 1e6:,.0f} MB)")
+    transfer = _Transfer(model.size, progress)
     try:
-        with part.open("ab") as f:
-            http_get(meta.location, f, resume_size=have, headers=headers, expected_size=model.size,
-                     displayed_filename=model.file)
-    except KeyboardInterrupt:
-        say(f"interrupted: {part} keeps what came; `memosight model pull {model.name}` continues it")
-        raise
-    except Exception as exc:  # HTTP errors, the network, a full disk, a size that did not add up
-        if not (isinstance(exc, (HfHubHTTPError, OSError)) or _network_error(exc)):
+        try:
+            got = Path(hf_hub_download(model.repo, model.file, revision=model.revision, local_dir=staging,
+                                       endpoint=endpoint, token=False, library_name="memosight",
+                                       tqdm_class=transfer.bar_class()))
+        except KeyboardInterrupt:
+            say(f"interrupted: nothing was kept; `memosight model pull {model.name}` downloads it again")
             raise
-        got = part.stat().st_size if part.is_file() else 0
-        if got > model.size:
-            part.unlink()
-            got = 0
-        raise PullError(f"the download of {model.name} from {url} stopped at {got:,} of {model.size:,} bytes "
-                        f"({_first_line(exc)}); run `memosight model pull {model.name}` again to continue, "
-                        f"or {by_hand(model)}") from exc
-
-    size = part.stat().st_size
-    if size != model.size:
-        part.unlink()
-        raise PullError(f"{url} sent {size:,} bytes, not {model.size:,}; deleted what came. Run `memosight "
-                        f"model pull {model.name}` again, or {by_hand(model)}")
-    say(f"checking the sha256 of {model.file}")
-    digest = sha256_of(part)
-    if digest != model.sha256:
-        part.unlink()
-        raise PullError(f"the file downloaded from {url} has sha256 {digest}, not {model.sha256} as the catalog "
-                        f"pins: deleted it, nothing was installed. Run `memosight model pull {model.name}` again, "
-                        f"or {by_hand(model)}")
-    os.replace(part, path)  # the same folder: whole or not at all
+        except Exception as exc:  # HTTP errors, the network, a full disk, a size that did not add up
+            if not (isinstance(exc, (HfHubHTTPError, OSError)) or _network_error(exc)):
+                raise
+            raise PullError(f"the download of {model.name} from {url} stopped at {transfer.done:,} of "
+                            f"{model.size:,} bytes ({_first_line(exc)}); run `memosight model pull {model.name}` "
+                            f"again, or {by_hand(model)}") from exc
+        size = got.stat().st_size
+        if size != model.size:
+            raise PullError(f"{url} sent {size:,} bytes, not {model.size:,}; deleted what came. Run `memosight "
+                            f"model pull {model.name}` again, or {by_hand(model)}")
+        say(f"checking the sha256 of {model.file}")
+        digest = sha256_of(got)
+        if digest != model.sha256:
+            raise PullError(f"the file downloaded from {url} has sha256 {digest}, not {model.sha256} as the "
+                            f"catalog pins: deleted it, nothing was installed. Run `memosight model pull "
+                            f"{model.name}` again, or {by_hand(model)}")
+        os.replace(got, path)  # the same folder's child: whole or not at all
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     _mark_verified(model, path)

@@ -6,7 +6,7 @@ so its weights take 4 bytes of RAM a parameter on a CPU and 2 of GPU memory, wha
 The process needs more than its weights: the Python runtime, the KV caches, and, on the first load,
 the dequantizing itself (once per file; the result is cached on disk, as big as the float32 weights).
 State: verified (sha256 checked), unchecked (the right size; the first load or pull checks it),
-partial (a download that `memosight model pull` continues), wrong size, missing.
+partial (an interrupted download of an older version; the next `memosight model pull` replaces it), wrong size, missing.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memosight.engine.loading.catalog import CATALOG, models_dir, state
+    from memosight.engine import catalog
 
-    models = [{"name": m.name, "file_bytes": m.size, "state": state(m), "path": str(m.path),
+    models = [{"name": m.name, "file_bytes": m.size, "state": catalog.state(m), "path": str(m.path),
                "params": m.params, **m.memory(), "repo": m.repo, "revision": m.revision, "summary": m.summary}
-              for m in CATALOG.values()]
-    print_result({"models": models, "folder": str(models_dir())}, args.json, _render)
+              for m in catalog.CATALOG.values()]
+    print_result({"models": models, "folder": str(catalog.models_dir())}, args.json, _render)
     return 0
 
 

@@ -19,7 +19,7 @@ ROOMS = [
     {"documents", "config", "languages"},  # the editor's texts and the user's settings
     {"context"},  # what a prompt is made of
     {"suggest", "runs", "ahead", "completion_cache", "requests", "mode", "user_messages", "engine_choice"},  # the request
-    {"lsp", "status", "editor_log", "__main__", "with_faults"},  # the LSP handlers and the process
+    {"lsp", "status", "editor_log", "model_offer", "__main__", "with_faults"},  # the LSP handlers and the process
     {"commands", "bench", "cli"},  # the command-line tools and the benchmarks' harnesses
 ]
 

@@ -420,7 +420,7 @@ async def test_closing_a_document_drops_what_the_suggester_kept_for_it(tmp_path,
         assert suggester.completions.has_document(uri)
         client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
         await eventually(lambda: not suggester.completions.has_document(uri) and not suggester.ahead.holds(uri)
-                         and uri not in suggester._jobs)
+                         and uri not in suggester._asking)
 
 
 async def test_after_an_engine_fault_mid_generation_the_next_completion_is_whole(tmp_path, lsp_session,
@@ -494,7 +494,7 @@ async def test_a_real_backend_stopped_mid_session_is_said_at_once_and_the_local_
 
     from memosight.engine.bench.llama_server import free_port
     from memosight.server.config import Backend, Settings
-    from memosight.server.engine_choice import load_engine_from_settings
+    from memosight.server.engine_choice import load
 
     from ..conftest import _serve
 
@@ -503,8 +503,8 @@ async def test_a_real_backend_stopped_mid_session_is_said_at_once_and_the_local_
                            url.split(":")[2].split("/")[0], "--n_ctx", "2048", "--n_threads", "1"],
                           f"{url}/models", tmp_path / "llama-cpp-python.log")
     try:
-        engine = load_engine_from_settings(Settings(backend=Backend(kind="openai", url=url, timeout_ms=20000,
-                                                                    first_token_timeout_ms=20000)))
+        engine = load(Settings.of(backend=Backend(kind="openai", url=url, timeout_ms=20000,
+                                               first_token_timeout_ms=20000)).engine)
         text = "def add(a, b):\n    return a + b\n\n\ndef main():\n    \n"
         async with lsp_session(tmp_path, engine, init_options={"max_new_tokens": 8}) as client:
             uri = open_doc(client, tmp_path / "a.py", text)

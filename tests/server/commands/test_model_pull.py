@@ -1,7 +1,8 @@
 """`memosight model pull` and `model list`, end to end against a Hugging Face hub stand-in on
 127.0.0.1 (the resolve API: HEAD for the metadata, GET with Range), serving a tiny GGUF file that a
-catalog entry pins: download and check, no second download, resume, a corrupt file refused, offline,
-then the model loads by its name and the config keeps the name."""
+catalog entry pins: download and check, no second download, a broken connection resumed, a corrupt
+file refused, offline, the progress heard, then the model loads by its name and the config keeps the
+name."""
 
 from __future__ import annotations
 
@@ -156,7 +157,7 @@ def test_pull_downloads_checks_and_a_second_pull_does_not_download(hub, cache, c
 def test_a_broken_connection_resumes_where_it_stopped(hub, cache, capsys):
     half = len(hub.data) // 2
     hub.cut_next_get = half  # the first GET breaks off half-way; huggingface_hub asks for the rest
-    code, out, err = pull(capsys)
+    code, _out, err = pull(capsys)
     assert code == 0, err
     first, then = hub.gets()
     kept = int(re.fullmatch(r"bytes=(\d+)-", then).group(1))  # what had been written when it broke
@@ -164,18 +165,38 @@ def test_a_broken_connection_resumes_where_it_stopped(hub, cache, capsys):
     assert (cache / "models" / "tiny-test.gguf").read_bytes() == hub.data
 
 
-def test_an_interrupted_pull_continues_at_the_next(hub, cache, capsys):
+def test_what_an_interrupted_pull_left_is_replaced_by_the_next(hub, cache, capsys):
+    # hf_hub_download keeps nothing of an interrupted download (it continues a broken connection
+    # only within one pull): the next pull starts over, and clears what an older memosight left
     part = cache / "models" / "tiny-test.gguf.part"
     part.parent.mkdir(parents=True)
     third = len(hub.data) // 3
-    part.write_bytes(hub.data[:third])  # what an interrupted pull leaves
+    part.write_bytes(hub.data[:third])
+    killed = cache / "models" / ".pull-tiny-test.gguf"  # a pull killed mid-download
+    (killed / "junk").mkdir(parents=True)
     main(["model", "list"])
     assert "partial (33%)" in capsys.readouterr().out
 
-    code, out, err = pull(capsys)
+    code, _out, err = pull(capsys)
     assert code == 0, err
-    assert hub.gets() == [f"bytes={third}-"] and "continuing" in err
-    assert (cache / "models" / "tiny-test.gguf").read_bytes() == hub.data and not part.exists()
+    assert hub.gets() == [None] and "downloading" in err
+    assert (cache / "models" / "tiny-test.gguf").read_bytes() == hub.data
+    assert not part.exists() and not killed.exists()
+
+
+def test_the_progress_callback_hears_the_bytes_and_the_command_shows_a_bar(hub, cache, capsys, monkeypatch):
+    from memosight.engine.loading import catalog
+
+    heard = []
+    catalog.pull(NAME, progress=lambda done, total: heard.append((done, total)))
+    total = len(hub.data)
+    assert heard[0] == (0, total) and heard[-1] == (total, total) and len(heard) > 2  # 32 KiB chunks
+    assert [done for done, _ in heard] == sorted(done for done, _ in heard)
+
+    (cache / "models" / "tiny-test.gguf").unlink()
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS")
+    code, _out, err = pull(capsys)
+    assert code == 0 and f"{NAME}: 100%" in err
 
 
 def test_a_corrupt_download_is_refused_and_nothing_is_left(hub, cache, capsys):
@@ -200,7 +221,7 @@ def test_offline_says_which_url_to_fetch_and_where_to_put_it(hub, cache, capsys,
     else:
         hub.close()  # nothing listens there any more
         endpoint = hub.url
-    code, out, err = pull(capsys)
+    code, _out, err = pull(capsys)
     assert code == 2
     line = err.strip()
     assert "\n" not in line and line.startswith("memosight: ")
@@ -226,11 +247,11 @@ def test_a_pulled_model_loads_by_its_name_and_the_config_keeps_the_name(hub, cac
     (workspace / ".memosight.toml").write_text(f'model = "{NAME}"\n')
     sources = ConfigSources(root=workspace)
     assert sources.reload_file() == []
-    assert sources.settings().model == NAME
+    assert sources.settings().engine.model == NAME
     catalog_name = "qwen2.5-coder-0.5b"
     (workspace / ".memosight.toml").write_text(f'model = "{catalog_name}"\ndraft_model = "{catalog_name}"\n')
     sources.reload_file()
-    assert (sources.settings().model, sources.settings().draft_model) == (catalog_name, catalog_name)
+    assert (sources.settings().engine.model, sources.settings().engine.draft_model) == (catalog_name, catalog_name)
 
 
 def test_an_unknown_name_lists_the_known_ones(capsys):
@@ -241,6 +262,6 @@ def test_an_unknown_name_lists_the_known_ones(capsys):
 
 def test_a_file_the_endpoint_does_not_have_is_one_clear_line(hub, cache, capsys):
     hub.file = "another.gguf"  # the endpoint answers 404 for the pinned file
-    code, out, err = pull(capsys)
+    code, _out, err = pull(capsys)
     line = err.strip().splitlines()[-1]
     assert code == 2 and "refused" in line and "404" in line and str(cache / "models" / "tiny-test.gguf") in line
