@@ -121,7 +121,7 @@ class Runs:
         engine.configure(EngineSettings(speculative=settings.speculative, kv_cache_bytes=settings.kv_cache_mb * 2**20))
         view, view_cursor = doc.around(cursor)  # a large file: a window of it
         ending = completion_ending(view, view_cursor, settings)
-        context = self._context.for_request(engine, view, view_cursor, settings, timeline)
+        context = self._context.for_request(engine, view, view_cursor, settings, timeline.mark)
         timeline.mark("context")
         if ticket.stale():  # an edit arrived while the context was built: a newer request comes
             return None

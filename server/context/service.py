@@ -12,7 +12,6 @@ from memosight.engine.protocol import Engine
 
 from ..config import Settings
 from ..documents import Document
-from ..timeline import Timeline
 from .packed import PackedContext
 from .packing import ContextCompressor
 from .truncation import truncate_around_cursor
@@ -32,7 +31,7 @@ class ContextService:
         self._fim_of: tuple[weakref.ref, bool] | None = None  # (the engine, whether its prompts have FIM tokens)
 
     def build(self, engine: Engine, doc: Document, cursor: int, settings: Settings,
-              others: list[Document] | None = None, timeline: Timeline | None = None) -> PackedContext:
+              others: list[Document] | None = None, mark: Callable[[str], None] | None = None) -> PackedContext:
         """The compressed context at `cursor`: regions of `doc`, of the other open documents
         (`others`, else every open document) and of the workspace files that define names used near
         the cursor, packed into settings.context_budget model tokens."""
@@ -40,8 +39,8 @@ class ContextService:
             if others is None:
                 others = self._open_documents()
             others = others + self.workspace_documents(doc, cursor, others)
-            if timeline is not None:
-                timeline.mark("workspace")
+            if mark is not None:
+                mark("workspace")  # a stage of the request's timeline
             return self.compressor.build(doc, cursor, settings.context_budget, self.suffix_share(engine, settings),
                                          engine.count_tokens, others)
         except Exception:  # noqa: BLE001 - a compressor bug must not cost the user the completion
@@ -56,14 +55,14 @@ class ContextService:
         return context
 
     def for_request(self, engine: Engine, view: Document, cursor: int, settings: Settings,
-                    timeline: Timeline) -> PackedContext:
+                    mark: Callable[[str], None]) -> PackedContext:
         """The warm-up's context when it was built for this very text and cursor (the request came
         after an edit and no more typing), else a new one."""
         warm = self._warm
         if warm is not None and warm[0] == self._key(view, cursor, settings):
-            timeline.mark("context")
+            mark("context")
             return warm[1]
-        return self.build(engine, view, cursor, settings, timeline=timeline)
+        return self.build(engine, view, cursor, settings, mark=mark)
 
     def suffix_share(self, engine: Engine, settings: Settings) -> float:
         """settings.suffix_share, or 0 for a model without FIM tokens: its prompt is the text before

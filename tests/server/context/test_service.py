@@ -2,7 +2,6 @@ from memosight.engine.protocol import EngineInfo
 from memosight.server.config import Settings
 from memosight.server.context.service import ContextService
 from memosight.server.documents import Document
-from memosight.server.timeline import Timeline
 
 
 class Engine:
@@ -20,10 +19,10 @@ def test_a_request_at_the_warm_ups_text_and_cursor_gets_its_context_and_any_othe
     service, engine, settings = ContextService(), Engine(), Settings(context_budget=64)
     doc = Document("file:///a.py", "x = 1\ny = \n", "python", 1)
     warm = service.build_for_warm_up(engine, doc, 10, settings)
-    assert service.for_request(engine, doc, 10, settings, Timeline()) is warm
-    assert service.for_request(engine, doc, 6, settings, Timeline()) is not warm  # another cursor
+    assert service.for_request(engine, doc, 10, settings, lambda stage: None) is warm
+    assert service.for_request(engine, doc, 6, settings, lambda stage: None) is not warm  # another cursor
     edited = Document("file:///a.py", "x = 1\ny = 2\n", "python", 2)
-    assert service.for_request(engine, edited, 10, settings, Timeline()) is not warm  # another text
+    assert service.for_request(engine, edited, 10, settings, lambda stage: None) is not warm  # another text
 
 
 def test_a_model_without_fim_tokens_gets_no_suffix_budget():
