@@ -89,8 +89,8 @@ def leave(server, code: int) -> None:
 
 def serve_stdio(server, stdin=None, stdout=None) -> None:
     """One session on stdin/stdout, until the client closes stdin (or sends exit)."""
-    from .framing import FrameWriter, stdin_reader
-    from .rpc import serve
+    from .rpc.connection import serve
+    from .rpc.framing import FrameWriter, stdin_reader
 
     server.connection.set_writer(FrameWriter(stdout or sys.stdout.buffer))
     reader = ThreadPoolExecutor(1, thread_name_prefix="stdin")  # reads block: off the event loop
@@ -107,8 +107,8 @@ def serve_stdio(server, stdin=None, stdout=None) -> None:
 
 def serve_tcp(server, host: str, port: int) -> None:
     """One session with the first client that connects to host:port; the server ends with it."""
-    from .framing import FrameWriter
-    from .rpc import serve
+    from .rpc.connection import serve
+    from .rpc.framing import FrameWriter
     listener, connected = None, False
 
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

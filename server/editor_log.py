@@ -41,8 +41,11 @@ class EditorLog:
         self.progress_supported = bool(capabilities.window and capabilities.window.work_done_progress)
         self.trace = trace or types.TraceValue.Off
         if self._handler is None:
+            logger = logging.getLogger("memosight")
+            for gone in [h for h in logger.handlers if isinstance(h, _Forward) and h.gone()]:
+                logger.removeHandler(gone)  # a test's server, never shut down
             self._handler = _Forward(self)
-            logging.getLogger("memosight").addHandler(self._handler)
+            logger.addHandler(self._handler)
 
     def stop(self) -> None:
         if self._handler is not None:
@@ -142,18 +145,22 @@ class ProgressReports:
 
 
 class _Forward(logging.Handler):
-    """The server's warnings and errors to the editor's log. It holds its EditorLog weakly and
-    leaves the logger once that is gone (a test's server, never shut down)."""
+    """The server's warnings and errors to the editor's log. It holds its EditorLog weakly: once
+    that is gone (a test's server, never shut down) it sends nothing, and the next server's start
+    takes it off the logger. Never here: a handler that leaves the list logging is walking makes it
+    skip the next one (the live server's)."""
 
     def __init__(self, editor_log: EditorLog) -> None:
         super().__init__(logging.WARNING)
         self._target = weakref.ref(editor_log)
         self._sending = threading.local()  # a failed send logs an error: that one is not sent again
 
+    def gone(self) -> bool:
+        return self._target() is None
+
     def emit(self, record: logging.LogRecord) -> None:
         target = self._target()
         if target is None:
-            logging.getLogger("memosight").removeHandler(self)
             return
         if getattr(self._sending, "on", False):
             return

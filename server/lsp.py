@@ -21,8 +21,10 @@ from .context.workspace import WorkspaceIndex
 from .documents import Document, DocumentStore, Position, file_path
 from .editor_log import EditorLog
 from .model_offer import ModelOffer, stand_in
-from .requests import Ticket
-from .rpc import (
+from .request.records import Ticket
+from .request.suggest import Suggester, Suggestion
+from .request.timeline import Timelines
+from .rpc.connection import (
     CONTENT_MODIFIED,
     INVALID_PARAMS,
     Connection,
@@ -30,8 +32,6 @@ from .rpc import (
     current_request_id,
 )
 from .status import StatusParams, status_answer
-from .suggest import Suggester, Suggestion
-from .timeline import Timelines
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from memosight.engine import catalog
 
 from .config import DEFAULT_ENGINE, Settings
 from .editor_log import EditorLog, ProgressReports
-from .rpc import Connection
+from .rpc.connection import Connection
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     from memosight.engine import fault_injector
 
-    from .engine_choice import load
+    from .request.engine_choice import load
 
     try:
         faulty = fault_injector(args.faults)

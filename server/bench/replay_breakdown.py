@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..commands.common import CommandError
-from ..timeline import spread
+from ..request.timeline import spread
 
 
 def breakdown(client_ms: dict, recent: list[dict]) -> dict:

@@ -35,10 +35,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from ..documents import text_digest
-from ..rpc import CONTENT_MODIFIED, INVALID_PARAMS
-from .bench_typing import percentile
-from .common import CommandError, add_json_argument, print_result, process_memory_mb, say
 from ..bench.fuzz_stream import (
     COMPLETION,
     NON_ASCII_URI,
@@ -53,6 +49,16 @@ from ..bench.fuzz_stream import (
     frame,
 )
 from ..bench.lsp_client import read_frame
+from ..documents import text_digest
+from ..rpc.connection import CONTENT_MODIFIED, INVALID_PARAMS
+from .bench_typing import percentile
+from .common import (
+    CommandError,
+    add_json_argument,
+    print_result,
+    process_memory_mb,
+    say,
+)
 
 ANSWER_TIMEOUT_S = 180.0  # for the last answers after the stream, a cold model included
 EXIT_TIMEOUT_S = 15.0  # for a server to leave once its client is gone

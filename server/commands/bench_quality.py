@@ -46,13 +46,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from memosight.engine import load_engine
     from memosight.engine.bench.quality import format_table, run_quality
-    from memosight.engine.loading.torch_load import load_engine
 
     if not Path(args.corpus).is_dir():
         raise CommandError(f"corpus folder {args.corpus!r} does not exist; give a folder of source files")
-    engine = load_engine(args.model, device=args.device, dtype=args.dtype)  # a model that fails: EngineError
-    reference = load_engine(args.model, device=args.device, dtype=args.against) if args.against else None
+    # torch's: the figures read the model's own logits (a model that fails: EngineError)
+    engine = load_engine(args.model, device=args.device, dtype=args.dtype, runtime="torch")
+    reference = load_engine(args.model, device=args.device, dtype=args.against, runtime="torch") if args.against else None
     if args.fim_order:
         engine.fim_order = args.fim_order
     try:

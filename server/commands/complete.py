@@ -27,8 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..requests import Ticket
-    from ..suggest import Suggester
+    from ..request.records import Ticket
+    from ..request.suggest import Suggester
 
     overrides = {"model": args.model, "device": args.device, "dtype": args.dtype,
                  "max_new_tokens": args.max_new_tokens, "multiline": args.multiline,

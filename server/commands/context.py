@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..suggest import Suggester
+    from ..request.suggest import Suggester
 
     first = args.cursors[0]
     overrides = {"model": args.model, "device": args.device, "dtype": args.dtype, "context_budget": args.budget}

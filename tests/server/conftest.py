@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 from lsprotocol import types
-from memosight.engine.protocol import Completion, CompletionRequest, EngineInfo, EngineSettings, Stream
+from memosight.engine.protocol import (
+    Completion,
+    CompletionRequest,
+    EngineInfo,
+    EngineSettings,
+    Stream,
+)
 from memosight.engine.text.stops import StreamState, stream_text
 from pygls.io_ import run_async
 from pytest_lsp import make_test_lsp_client
@@ -116,9 +122,9 @@ async def in_process_session(root: Path, engine=None, init_options: dict | None 
     """The real MemoSight language server, in this process and event loop, with `engine` (a
     ScriptedEngine by default; `load_engine(settings)`: how the server gets it); yields pytest-lsp's
     client (`client`: one with handlers of a test's own), initialized, with `.server` and `.engine`."""
-    from memosight.server.framing import FrameWriter
     from memosight.server.lsp import create_server
-    from memosight.server.rpc import serve
+    from memosight.server.rpc.connection import serve
+    from memosight.server.rpc.framing import FrameWriter
 
     engine = engine if engine is not None else ScriptedEngine()
     server = create_server(load_engine=load_engine or (lambda settings: engine))
@@ -158,8 +164,8 @@ class RawClient:
     the real server in this process. `answers` counts the responses per id."""
 
     def __init__(self, server, max_body: int | None = None) -> None:
-        from memosight.server.framing import MAX_MESSAGE_BYTES, Framer, FrameWriter
-        from memosight.server.rpc import serve
+        from memosight.server.rpc.connection import serve
+        from memosight.server.rpc.framing import MAX_MESSAGE_BYTES, Framer, FrameWriter
 
         self.server = server
         self.to_server, self.from_server = asyncio.StreamReader(), asyncio.StreamReader()

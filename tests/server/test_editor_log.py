@@ -4,6 +4,7 @@ bar while the model loads, $/logTrace once the editor asks for a trace."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 import time
@@ -51,7 +52,14 @@ async def test_the_servers_warnings_reach_the_editors_log(lsp_session, tmp_path)
         logged = next(m for m in client.log_messages if "context_budget" in m.message)
         assert logged.type == types.MessageType.Warning
         logging.getLogger("memosight.server.test").error("something broke in a thread")
-        await until(lambda: any(m.message == "something broke in a thread" for m in client.log_messages))
+        try:
+            await until(lambda: any(m.message == "something broke in a thread" for m in client.log_messages))
+        except AssertionError:
+            lg = logging.getLogger("memosight.server.test")
+            root = logging.getLogger("memosight")
+            print("LOGGED", len(client.log_messages), lg.disabled, lg.getEffectiveLevel(), root.disabled, root.level,
+                  root.handlers, logging.root.manager.disable)
+            raise
         assert client.log_messages[-1].type == types.MessageType.Error
 
 
@@ -76,3 +84,23 @@ async def test_a_trace_once_the_editor_asks_for_one(lsp_session, tmp_path):
         await client.text_document_inline_completion_async(ask)
         await until(lambda: traces)
         assert traces[0].message.startswith(f"completion at {uri}:2:12: ") and traces[0].verbose
+
+
+async def test_a_gone_servers_forwarder_never_hides_the_live_servers_line():
+    from memosight.server.editor_log import EditorLog
+
+    sent = []
+
+    class Connection:
+        def notify(self, method, params):
+            sent.append(params.message)
+
+    loop = asyncio.get_running_loop()
+    gone, live = EditorLog(Connection()), EditorLog(Connection())
+    gone.start(loop, types.ClientCapabilities(), None)
+    live.start(loop, types.ClientCapabilities(), None)
+    del gone  # a test's server, never shut down: its forwarder stays on the logger, before the live one's
+    gc.collect()
+    logging.getLogger("memosight.server.test").warning("seen")
+    live.stop()
+    assert sent == ["seen"]  # once: the gone one sends nothing, and the live one is not skipped

@@ -15,10 +15,10 @@ def test_the_server_has_no_import_cycle():
 
 # The server's rooms from the bottom up: a room imports only from its own and the rooms below it.
 ROOMS = [
-    {"rpc", "framing", "timeline", "caching"},  # the wire, and what any room may use
+    {"rpc", "caching"},  # the wire (rpc/: framing, connection), and the bounded caches any room may use
     {"documents", "config", "languages"},  # the editor's texts and the user's settings
     {"context"},  # what a prompt is made of
-    {"suggest", "runs", "ahead", "completion_cache", "requests", "mode", "user_messages", "engine_choice"},  # the request
+    {"request"},  # the request: suggester, runs, work ahead, completion cache, engine holder, messages, timeline
     {"lsp", "status", "editor_log", "model_offer", "__main__", "with_faults"},  # the LSP handlers and the process
     {"commands", "bench", "cli"},  # the command-line tools and the benchmarks' harnesses
 ]

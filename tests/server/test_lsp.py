@@ -494,7 +494,7 @@ async def test_a_real_backend_stopped_mid_session_is_said_at_once_and_the_local_
 
     from memosight.engine.bench.llama_server import free_port
     from memosight.server.config import Backend, Settings
-    from memosight.server.engine_choice import load
+    from memosight.server.request.engine_choice import load
 
     from ..conftest import _serve
 

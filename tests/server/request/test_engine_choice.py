@@ -1,5 +1,5 @@
 from memosight.engine.protocol import EngineSpec
-from memosight.server.engine_choice import EngineHolder
+from memosight.server.request.engine_choice import EngineHolder
 
 
 class Closable:

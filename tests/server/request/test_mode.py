@@ -2,7 +2,7 @@
 
 from memosight.server.config import Settings
 from memosight.server.documents import Document
-from memosight.server.mode import SINGLE_LINE_MAX_TOKENS, completion_ending
+from memosight.server.request.mode import SINGLE_LINE_MAX_TOKENS, completion_ending
 
 
 def mode_at(text: str, marker: str = "|", language: str = "python", multiline: str = "auto"):

@@ -7,7 +7,7 @@ import json
 import threading
 
 import pytest
-from memosight.server.framing import Framer, FrameWriter, top_level_id
+from memosight.server.rpc.framing import Framer, FrameWriter, top_level_id
 
 
 def test_top_level_id_reads_only_the_outer_object():

@@ -1,7 +1,7 @@
 import time
 
 import pytest
-from memosight.server.timeline import ORDER, StageStats, Timeline, Timelines
+from memosight.server.request.timeline import ORDER, StageStats, Timeline, Timelines
 
 
 def test_marks_give_each_stage_the_time_since_the_last_and_add_up_to_the_whole():

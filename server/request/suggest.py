@@ -13,17 +13,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from memosight.engine.protocol import Engine
-
+from ..config import Settings
+from ..context.service import ContextService
+from ..context.workspace import WorkspaceIndex
+from ..documents import Document
 from . import engine_choice
 from .ahead import Ahead
 from .completion_cache import CompletionCache
-from .config import Settings
-from .context.service import ContextService
-from .context.workspace import WorkspaceIndex
-from .documents import Document
 from .engine_choice import EngineHolder, Load
-from .requests import Answer, Counters, Generation, Suggestion, Ticket, rest_after
+from .records import Answer, Counters, Generation, Suggestion, Ticket, rest_after
 from .runs import Runs
 from .timeline import StageStats, Timeline
 from .user_messages import UserMessages
@@ -64,7 +62,7 @@ class Suggester:
             self.last_error = None
         return future
 
-    # --- work ahead of the request (server/ahead.py) ----------------------------------------------
+    # --- work ahead of the request (server/request/ahead.py) ----------------------------------------------
 
     def warm(self, doc: Document, cursor: int, settings: Settings) -> None:
         self.ahead.warm(doc, cursor, settings)
@@ -221,7 +219,6 @@ class Suggester:
             self.counters.superseded += 1
         else:
             self.counters.cancelled += 1
-        return None
 
     def record_timeline(self, timeline: Timeline, request_id=None) -> None:
         """A request's answer was written: its stages go into the running figures and the log."""

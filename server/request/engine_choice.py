@@ -11,7 +11,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from memosight.engine.protocol import Engine, EngineSpec
 
-from .config import DEFAULT_ENGINE
+from ..config import DEFAULT_ENGINE
 
 Load = Callable[[EngineSpec], Engine]
 

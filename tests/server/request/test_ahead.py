@@ -2,8 +2,8 @@ import asyncio
 
 from memosight.server.config import Settings
 from memosight.server.documents import Document
-from memosight.server.requests import Ticket
-from memosight.server.suggest import Suggester
+from memosight.server.request.records import Ticket
+from memosight.server.request.suggest import Suggester
 
 
 def test_a_warm_up_prefills_the_prompt_and_a_newer_edit_stops_the_older(scripted_engine):

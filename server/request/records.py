@@ -9,7 +9,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from .documents import LARGE_DOCUMENT_CHARS, Document
+from ..documents import LARGE_DOCUMENT_CHARS, Document
 
 
 @dataclass

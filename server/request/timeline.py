@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from .rpc import REQUEST_CANCELLED
+from ..rpc.connection import REQUEST_CANCELLED
 
 ORDER = ("queue", "handler", "engine_wait", "workspace", "context", "render", "kv_lookup", "prefill",
          "decode", "stop_rule", "finish", "engine", "post", "resume", "reply", "joined")

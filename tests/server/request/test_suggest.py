@@ -6,10 +6,10 @@ import pytest
 from memosight.engine.protocol import EngineInfo
 from memosight.server.config import Settings
 from memosight.server.documents import Document
-from memosight.server.mode import SINGLE_LINE_MAX_TOKENS
-from memosight.server.requests import Ticket
-from memosight.server.suggest import Suggester
-from memosight.server.timeline import Timeline
+from memosight.server.request.mode import SINGLE_LINE_MAX_TOKENS
+from memosight.server.request.records import Ticket
+from memosight.server.request.suggest import Suggester
+from memosight.server.request.timeline import Timeline
 
 
 async def suggest(suggester: Suggester, doc: Document, cursor: int, settings: Settings, **kwargs):
@@ -412,7 +412,7 @@ def test_a_bad_draft_model_costs_the_draft_only(scripted_engine):
 def test_a_remote_backend_answers_through_the_same_suggester_and_a_dead_one_is_said_once():
     from memosight.server.config import Backend
 
-    from ..engine.engines.test_remote import FakeServer
+    from ...engine.engines.test_remote import FakeServer
 
     server = FakeServer()
     server.pieces = ["items", "\n", "more"]

@@ -14,14 +14,19 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from memosight.engine.protocol import CompletionRequest, Engine, EngineSettings, RequestOptions
+from memosight.engine.protocol import (
+    CompletionRequest,
+    Engine,
+    EngineSettings,
+    RequestOptions,
+)
 
+from ..config import Settings
+from ..context.service import ContextService
 from .completion_cache import CompletionCache
-from .config import Settings
-from .context.service import ContextService
 from .engine_choice import EngineHolder
 from .mode import completion_ending
-from .requests import Counters, Generation, Suggestion, Ticket, rest_after, typed_into
+from .records import Counters, Generation, Suggestion, Ticket, rest_after, typed_into
 from .timeline import Timeline
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,13 @@ import asyncio
 import json
 
 import pytest
-from memosight.server.rpc import INVALID_PARAMS, Connection, RequestError, current_request_id, serve
+from memosight.server.rpc.connection import (
+    INVALID_PARAMS,
+    Connection,
+    RequestError,
+    current_request_id,
+    serve,
+)
 
 POSITION = {"line": 0, "character": 3}
 

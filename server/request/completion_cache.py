@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .caching import LRU, content_hash
-from .requests import rest_after
+from ..caching import LRU, content_hash
+from .records import rest_after
 
 SIZE = 250
 LOOK_BACK = 128

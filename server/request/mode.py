@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from memosight.engine.protocol import StopRule
 
-from .config import Settings
-from .documents import Document
+from ..config import Settings
+from ..documents import Document
 
 BRACE_LANGUAGES_OPENERS = ("{", "(", "[", "=>")
 # A single-line suggestion ends at the line's end; a line of code is rarely longer than this many

@@ -1,6 +1,6 @@
 import asyncio
 
-from memosight.server.user_messages import UserMessages
+from memosight.server.request.user_messages import UserMessages
 
 
 def test_a_failure_is_said_once_an_hour_with_the_next_answer():

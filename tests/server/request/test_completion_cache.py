@@ -1,4 +1,4 @@
-from memosight.server.completion_cache import LOOK_BACK, CompletionCache
+from memosight.server.request.completion_cache import LOOK_BACK, CompletionCache
 
 
 def at(before: str, after: str) -> tuple[str, int]:

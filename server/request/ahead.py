@@ -9,11 +9,11 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 
+from ..config import Settings
+from ..documents import Document
 from .completion_cache import CompletionCache
-from .config import Settings
-from .documents import Document
 from .engine_choice import EngineHolder
-from .requests import Counters, Ticket
+from .records import Counters, Ticket
 from .runs import Runs
 
 

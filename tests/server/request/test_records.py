@@ -1,5 +1,5 @@
 from memosight.server.documents import Document
-from memosight.server.requests import Ticket, rest_after, typed_into
+from memosight.server.request.records import Ticket, rest_after, typed_into
 
 
 def test_typed_into_is_what_was_typed_at_the_cursor_since_the_suggestion_was_made():
