@@ -95,7 +95,7 @@ async def test_download_shows_progress_lands_verified_and_the_engine_loads_it(ls
         assert not [p for p in model.path.parent.iterdir() if p.name.startswith(".pull-")]
 
         def download_bar():
-            return next((r for r in client.progress_reports.values() if isinstance(r[0], types.WorkDoneProgressBegin)
+            return next((r for r in client.progress_reports.values() if r and isinstance(r[0], types.WorkDoneProgressBegin)
                          and r[0].message == f"downloading {NAME}"), None)
 
         await until(lambda: (bar := download_bar()) and isinstance(bar[-1], types.WorkDoneProgressEnd))
@@ -139,8 +139,8 @@ async def test_a_corrupt_download_is_reported_and_the_embedded_model_stays(lsp_s
         assert popup.type == types.MessageType.Error and "sha256" in popup.message
         assert f"memosight model pull {NAME}" in popup.message
         await until(lambda: any(isinstance(r[-1], types.WorkDoneProgressEnd) for r in client.progress_reports.values()
-                                if r[0].message == f"downloading {NAME}"))
-        (bar,) = [r for r in client.progress_reports.values() if r[0].message == f"downloading {NAME}"]
+                                if r and r[0].message == f"downloading {NAME}"))
+        (bar,) = [r for r in client.progress_reports.values() if r and r[0].message == f"downloading {NAME}"]
         assert bar[-1].message.startswith("failed: ")
         assert not hub.model.path.exists() and all(spec.model is None for spec in specs)
 
@@ -177,11 +177,12 @@ async def test_over_stdio_the_download_lands_and_the_settings_name_the_model_aga
     await client.initialize_session(types.InitializeParams(
         capabilities=ASKS, root_uri=(tmp_path / "ws").as_uri(), initialization_options={"model": NAME}))
     try:
-        await until(lambda: any(isinstance(r[-1], types.WorkDoneProgressEnd) and r[0].message == f"downloading {NAME}"
+        # a bar's token is created before its first report: an empty list for a moment
+        await until(lambda: any(r and isinstance(r[-1], types.WorkDoneProgressEnd) and r[0].message == f"downloading {NAME}"
                                 for r in client.progress_reports.values()))
         (asked,) = client.asked
         assert asked.message.startswith(f"MemoSight: {NAME} is not downloaded")
-        (bar,) = [r for r in client.progress_reports.values() if r[0].message == f"downloading {NAME}"]
+        (bar,) = [r for r in client.progress_reports.values() if r and r[0].message == f"downloading {NAME}"]
         assert [type(r) for r in bar[:2]] == [types.WorkDoneProgressBegin, types.WorkDoneProgressReport]
         assert bar[-2].percentage == 100 and bar[-1].message == "downloaded"
         assert model.path.read_bytes() == hub.data and catalog.state(model) == "verified"
