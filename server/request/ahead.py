@@ -52,7 +52,7 @@ class Ahead:
         the request then finds its prompt (mostly) computed. A newer edit or the request itself
         stops it between chunks."""
         self.stop_warm_up(doc.uri)
-        self._runs.stop_prefetch_unless_along(doc.uri, doc.text, cursor)
+        self._runs.stop_prefetch_unless_at(doc.uri, doc.text, cursor)
         if not settings.prefill_on_edit or self.stopped:
             return
         cancel = self._warm_ups[doc.uri] = threading.Event()

@@ -44,12 +44,16 @@ class Runs:
 
     def joinable(self, uri: str, text: str, cursor: int, settings: Settings) -> Generation | None:
         """The document's run still going, under the same settings, that the text at `cursor`
-        types along (the typed characters agree with what it wrote so far)."""
+        types along (the typed characters agree with what it wrote so far). A prefetch only at its
+        very text: typed past it, its guess of what follows is stale (measured: joining it there
+        left 12 of 238 bench replay requests without a suggestion)."""
         gen = self._latest.get(uri)
         if gen is None or gen.future is None or gen.future.done() or gen.cancel.is_set() or gen.settings != settings:
             return None
         typed = typed_into(gen.text, gen.cursor, text, cursor)
-        return gen if typed is not None and rest_after(gen.partial, typed, running=True) is not None else None
+        if typed is None or (gen.source == "prefetch" and typed):
+            return None
+        return gen if rest_after(gen.partial, typed, running=True) is not None else None
 
     def start(self, ticket: Ticket, settings: Settings, source: str = "request") -> Generation:
         """A new run at the ticket's cursor, now the document's latest: the one before it stops.
@@ -77,8 +81,8 @@ class Runs:
         for uri in list(self._latest):
             self.stop(uri)
 
-    def stop_prefetch_unless_along(self, uri: str, text: str, cursor: int) -> None:
-        """An edit: the document's prefetch stops unless the edit typed along it (the Tab that
+    def stop_prefetch_unless_at(self, uri: str, text: str, cursor: int) -> None:
+        """An edit: the document's prefetch stops unless the edit made its very text (the Tab that
         takes the suggestion it follows)."""
         gen = self._latest.get(uri)
         if gen is not None and gen.source == "prefetch" and self.joinable(uri, text, cursor, gen.settings) is None:
