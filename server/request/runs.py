@@ -77,6 +77,13 @@ class Runs:
             gen.cancel.set()
             self._drop(uri, gen)
 
+    def drop_unstarted(self, uri: str, gen: Generation) -> None:
+        """A run its request never gave to the engine thread (cancelled or overtaken while the
+        engine loaded): nothing will run it, nor join it."""
+        if gen.future is None:
+            gen.cancel.set()
+            self._drop(uri, gen)
+
     def stop_all(self) -> None:
         for uri in list(self._latest):
             self.stop(uri)

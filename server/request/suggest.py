@@ -133,6 +133,7 @@ class Suggester:
             overtaken = self._asking.get(ticket.seen.uri) is not ticket
             if not overtaken:
                 del self._asking[ticket.seen.uri]
+            self.runs.drop_unstarted(ticket.seen.uri, gen)  # it holds the text it was made for
         # 4. The answer: none for a request overtaken by another; what was typed since, dropped.
         if overtaken or gen.cancel.is_set():
             return self._finish_cancelled(overtaken)

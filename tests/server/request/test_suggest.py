@@ -129,7 +129,7 @@ def test_after_a_suggestion_the_one_that_follows_taking_it_is_prefetched(scripte
 
 
 def test_a_request_after_tab_joins_the_prefetch_still_running(scripted_engine):
-    engine = scripted_engine(["total = 0", "for x in xs:"], delay=0.03, repeat=False)
+    engine = scripted_engine(["total = 0", "for x in xs:"], delay=0.06, repeat=False)  # the prefetch runs ~0.7 s
     suggester = Suggester(lambda settings: engine)
     doc = Document("file:///a.py", "def f(xs):\n    \n", "python")
     cursor = doc.text.index("    \n") + 4
@@ -379,6 +379,25 @@ def test_a_request_whose_document_changed_before_it_ran_is_dropped(scripted_engi
     answer = asyncio.run(scenario())
     assert answer.suggestion is None and answer.seen.text == "x = \n"
     assert engine.requests == []  # never reached the engine
+
+
+def test_a_request_cancelled_while_the_engine_loads_leaves_no_run_holding_its_text(scripted_engine):
+    import threading
+
+    gate = threading.Event()
+
+    async def run():
+        suggester = Suggester(lambda spec: gate.wait(10) and scripted_engine())
+        doc = Document("file:///a.py", "x = \n", "python")
+        request = asyncio.ensure_future(suggest(suggester, doc, 4, Settings()))
+        await until(lambda: len(suggester.runs) == 1)  # its run made, waiting for the engine
+        request.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        assert len(suggester.runs) == 0 and suggester._asking == {}
+        gate.set()
+        suggester.shutdown()
+    asyncio.run(run())
 
 
 def test_closing_a_document_drops_its_running_generation(scripted_engine):
