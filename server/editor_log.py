@@ -4,7 +4,8 @@ while a model loads or downloads, and `$/logTrace` lines when the editor asked f
 (`$/setTrace`, or `trace` at initialize).
 
 Warnings come from any thread (the engine's, the workspace scanner's): they go out on the event
-loop, and at most LOG_LINES_PER_MINUTE a minute, so a failing loop cannot flood the editor."""
+loop, at most LOG_LINES_PER_MINUTE a minute and LOG_LINE_CHARS a line, so a failing loop cannot
+flood the editor."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from concurrent.futures import Future
 from lsprotocol import types
 
 LOG_LINES_PER_MINUTE = 60
+LOG_LINE_CHARS = 2000  # a line longer than this is cut: an error may quote what a client sent (megabytes)
 LEVELS = {logging.ERROR: types.MessageType.Error, logging.WARNING: types.MessageType.Warning}
 
 
@@ -59,6 +61,8 @@ class EditorLog:
         if len(self._sent) >= LOG_LINES_PER_MINUTE:
             return
         self._sent.append(now)
+        if len(message) > LOG_LINE_CHARS:
+            message = f"{message[:LOG_LINE_CHARS]}... ({len(message) - LOG_LINE_CHARS:,} characters more)"
         self.on_loop(self.connection.notify, types.WINDOW_LOG_MESSAGE, types.LogMessageParams(kind, message))
 
     def tracing(self) -> bool:

@@ -104,3 +104,20 @@ async def test_a_gone_servers_forwarder_never_hides_the_live_servers_line():
     logging.getLogger("memosight.server.test").warning("seen")
     live.stop()
     assert sent == ["seen"]  # once: the gone one sends nothing, and the live one is not skipped
+
+
+async def test_a_long_line_is_cut_before_it_reaches_the_editor():
+    from memosight.server.editor_log import LOG_LINE_CHARS, EditorLog
+
+    sent = []
+
+    class Connection:
+        def notify(self, method, params):
+            sent.append(params.message)
+
+    log = EditorLog(Connection())
+    log.start(asyncio.get_running_loop(), types.ClientCapabilities(), None)
+    log.log(types.MessageType.Warning, "x" * 5_000_000)  # an error quoting a client's 5 MB document
+    log.stop()
+    (line,) = sent
+    assert len(line) < LOG_LINE_CHARS + 50 and line.endswith("(4,998,000 characters more)")
