@@ -267,11 +267,11 @@ def _plain(obj):
     return {k: _plain(v) for k, v in items}
 
 
-async def _status(client) -> dict:
-    return _plain(await client.protocol.send_request_async("memosight/status", {}))
+async def _status(client, params: dict | None = None) -> dict:
+    return _plain(await client.protocol.send_request_async("memosight/status", params or {}))
 
 
 @pytest.fixture
 def lsp_status():
-    """A function: `await lsp_status(client)` is the server's memosight/status answer, as a dict."""
+    """A function: `await lsp_status(client[, params])` is the server's memosight/status answer, as a dict."""
     return _status

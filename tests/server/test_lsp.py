@@ -176,22 +176,6 @@ async def test_editor_settings_override_the_config_file(tmp_path, lsp_session):
         assert (await inline(client, uri, 1, 4)).items[0].insert_text == "x" * 7
 
 
-async def test_status_counts_requests_and_accepted_suggestions(tmp_path, lsp_session, lsp_status):
-    async with lsp_session(tmp_path, init_options={"max_new_tokens": 4}) as client:
-        uri = open_doc(client, tmp_path / "a.py")
-        await inline(client, uri, 1, 4)
-        await client.workspace_execute_command_async(types.ExecuteCommandParams(
-            command="memosight.accepted", arguments=[4]))
-        info = await lsp_status(client)
-        assert info["state"] == "ready" and info["model"] == "scripted"
-        assert info["requests"]["accepted"] == 1 and info["requests"]["completed"] == 1
-        assert info["requests"]["accepted_chars"] == 4 and info["documents"] == 1
-        memory = info["memory"]  # what each bounded structure holds, beside the process's memory
-        assert memory["documents"]["open"] == 1 and memory["documents"]["open_chars"] == len(SOURCE)
-        assert memory["completion_cache_entries"] == info["completion_cache"]["entries"] >= 1
-        assert 0 < memory["rss_mb"] <= memory["peak_rss_mb"]
-
-
 async def test_typing_into_a_suggestion_is_answered_without_the_engine(tmp_path, lsp_session, scripted_engine):
     async with lsp_session(tmp_path, scripted_engine("total += 1", repeat=False)) as client:
         uri = open_doc(client, tmp_path / "a.py", "x = 0\n")
