@@ -449,3 +449,24 @@ def test_a_remote_backend_answers_through_the_same_suggester_and_a_dead_one_is_s
     second = asyncio.run(suggester.suggest(Ticket.of(doc, 13), settings))
     assert first.suggestion is None and len(first.messages) == 1 and "cannot reach the server" in first.messages[0]
     assert second.suggestion is None and second.messages == []  # once an hour, not once a keystroke
+
+
+def test_a_finished_run_is_freed_at_once_with_its_text_not_left_to_the_cyclic_collector(scripted_engine):
+    import gc
+
+    from memosight.server.request.records import Generation
+
+    suggester = Suggester(lambda spec: scripted_engine("abc", repeat=False))
+    doc = Document("file:///a.py", "x = \n", "python")
+    settings = Settings(prefetch=False, prefill_on_edit=False)
+    asyncio.run(suggest(suggester, doc, 4, settings))  # the engine loaded, the first run's garbage made
+    gc.collect()
+    gc.disable()  # what is left now is held by references, or in a cycle (a 20 MB text, for a large file)
+    try:
+        assert asyncio.run(suggest(suggester, doc, 4, Settings(prefetch=False, prefill_on_edit=False,
+                                                               max_new_tokens=9))).text == "abc"
+        suggester.engine.submit(lambda: None).result(timeout=10)
+        assert [o for o in gc.get_objects() if isinstance(o, Generation)] == []
+    finally:
+        gc.enable()
+        suggester.close()
