@@ -8,12 +8,10 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 from lsprotocol import types
-from memosight.engine.protocol import Engine, EngineSpec
 
 from . import __version__
 from .config import ConfigError, ConfigSources, Settings, validate
@@ -21,6 +19,7 @@ from .context.workspace import WorkspaceIndex
 from .documents import Document, DocumentStore, Position, file_path
 from .editor_log import EditorLog
 from .model_offer import ModelOffer, stand_in
+from .request.engine_choice import Load
 from .request.records import Ticket
 from .request.suggest import Suggester, Suggestion
 from .request.timeline import Timelines
@@ -65,7 +64,7 @@ CAPABILITIES = types.ServerCapabilities(
 
 
 class MemoSightServer:
-    def __init__(self, load_engine: Callable[[EngineSpec], Engine] | None = None):
+    def __init__(self, load_engine: Load | None = None):
         self.client_capabilities = types.ClientCapabilities()  # the client's, from initialize
         self.documents = DocumentStore()
         self.config = ConfigSources()
@@ -183,7 +182,7 @@ def _to_position(p: types.Position) -> Position:
     return Position(p.line, p.character)
 
 
-def create_server(load_engine: Callable[[EngineSpec], Engine] | None = None) -> MemoSightServer:
+def create_server(load_engine: Load | None = None) -> MemoSightServer:
     """The server, with its handlers. `load_engine(spec)` builds the engine the settings name (default:
     the in-process engine; tests pass a test double)."""
     ls = MemoSightServer(load_engine)
