@@ -208,8 +208,7 @@ def create_server(load_engine: Load | None = None) -> MemoSightServer:
         ls.initialized = True
         await _watch_files(ls)
         await _pull_client_configuration(ls)
-        ls.show_loading(ls.suggester.ensure_engine(ls.settings), ls.settings)
-        ls.offer_model()
+        ls.apply_settings()  # now the client may be asked: the load's progress bar, the model's offer
 
     @ls.connection.notification(types.SET_TRACE)
     def set_trace(params: types.SetTraceParams) -> None:

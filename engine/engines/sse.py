@@ -279,8 +279,7 @@ class EventStream(Iterator[dict]):
         if isinstance(exc, RemoteError):
             return exc
         if self._watch.passed == FIRST_TOKEN_TIMEOUT or (self._first and isinstance(exc, httpx.TimeoutException)):
-            return RemoteError("timeout", f"the server at {self._url} sent no token within the first-token "
-                                          "timeout (backend.first_token_timeout_ms)")
+            return _no_first_token(self._url)
         if self._watch.passed == REQUEST_TIMEOUT:
             return RemoteError("timeout", f"the server at {self._url} took longer than the request timeout "
                                           "(backend.timeout_ms)")
@@ -312,6 +311,11 @@ class EventStream(Iterator[dict]):
             self._client.close()
 
 
+def _no_first_token(url: str) -> RemoteError:
+    return RemoteError("timeout", f"the server at {url} sent no token within the first-token timeout "
+                                  "(backend.first_token_timeout_ms)")
+
+
 def _refused(response: httpx.Response, url: str) -> RemoteError:
     """The RemoteError for an HTTP error status, with the server's own reason."""
     status = response.status_code
@@ -330,8 +334,7 @@ def _refused(response: httpx.Response, url: str) -> RemoteError:
 def _unsent(exc: Exception, url: str, host: str, watch: _Watch) -> RemoteError:
     """The RemoteError for a request that got no answer."""
     if watch.passed or isinstance(exc, httpx.TimeoutException):
-        return RemoteError("timeout", f"the server at {url} sent no token within the first-token timeout "
-                                      "(backend.first_token_timeout_ms)")
+        return _no_first_token(url)
     if (tls := _ssl_error(exc)) is not None:
         return RemoteError("tls", f"TLS with {host} failed ({tls.reason or tls}); for a server with its own "
                                   "certificate authority set backend.ca_bundle to its CA file")

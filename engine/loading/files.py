@@ -3,6 +3,7 @@ loader, the catalog's downloads and the measurements kept per machine."""
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -11,11 +12,16 @@ HASH_CHUNK = 16 * 2**20
 
 def cache_root() -> Path:
     """Where dequantized models go: $MEMOSIGHT_CACHE, else $XDG_CACHE_HOME/memosight, else
-    ~/.cache/memosight."""
-    if os.environ.get("MEMOSIGHT_CACHE"):
-        return Path(os.environ["MEMOSIGHT_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "memosight"
+    ~/.cache/memosight. Resolved once per value of those variables: the server asks on every
+    keystroke whether a catalog model's file is there yet."""
+    return _cache_root(os.environ.get("MEMOSIGHT_CACHE"), os.environ.get("XDG_CACHE_HOME"), os.environ.get("HOME"))
+
+
+@functools.lru_cache(maxsize=8)
+def _cache_root(memosight_cache: str | None, xdg_cache_home: str | None, home: str | None) -> Path:
+    if memosight_cache:
+        return Path(memosight_cache).expanduser()
+    return Path(xdg_cache_home or Path.home() / ".cache").expanduser() / "memosight"
 
 
 def digest_of(path: Path, digest):
