@@ -142,6 +142,7 @@ def test_a_request_after_tab_joins_the_prefetch_still_running(scripted_engine):
         suggester.warm(doc, cursor + len("total = 0"), settings)  # the edit: the prefetch goes on
         timeline = Timeline()
         after_tab = await suggest(suggester, doc, cursor + len("total = 0"), settings, timeline=timeline)
+        await until(lambda: len(engine.requests) == 3)  # the next prefetch starts after the answer, not before
         return first, after_tab, timeline
 
     first, after_tab, timeline = asyncio.run(scenario())
