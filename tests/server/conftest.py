@@ -143,8 +143,9 @@ async def in_process_session(root: Path, engine=None, init_options: dict | None 
             workspace=types.WorkspaceClientCapabilities(configuration=client_settings is not None))
     client.initialize_result = await client.initialize_session(types.InitializeParams(
         capabilities=capabilities, root_uri=root.as_uri(),
-        # the tests read the engine's requests as the user's: a prefetch is on only where a test asks
-        initialization_options={"prefetch": False, **(init_options or {})}))
+        # the tests read the engine's requests as the user's: a prefetch is on only where a test asks;
+        # no time budget, which a slow machine would spend before a scripted text is out
+        initialization_options={"prefetch": False, "latency_budget_ms": 0, **(init_options or {})}))
     client.server, client.engine = server, engine
     try:
         yield client
@@ -219,8 +220,10 @@ class RawClient:
         return [m for m in self.received if m.get("method") == "window/showMessage"]
 
     async def initialize(self, root: Path) -> dict:
+        # no time budget: a slow machine would cut the scripted texts the tests read back
         answer = await self.request("init", "initialize", {"processId": None, "rootUri": root.as_uri(),
-                                                            "capabilities": {}})
+                                                            "capabilities": {},
+                                                            "initializationOptions": {"latency_budget_ms": 0}})
         self.notify("initialized", {})
         return answer
 

@@ -92,7 +92,7 @@ async def test_utf16_positions_with_emoji_cjk_and_crlf(tmp_path, lsp_session):
 
 
 async def test_newer_request_supersedes_the_older(tmp_path, lsp_session, scripted_engine, lsp_status):
-    engine = scripted_engine("x", delay=0.005)
+    engine = scripted_engine("x", delay=0.02)  # 2 s: still running when the newer request comes
     options = {"max_new_tokens": 100, "multiline": "always"}  # a single line would stop at 32 tokens
     async with lsp_session(tmp_path, engine, init_options=options) as client:
         uri = open_doc(client, tmp_path / "a.py")

@@ -47,7 +47,8 @@ def inline_params(uri: str, line: int, character: int) -> types.InlineCompletion
 async def test_a_real_model_completes_after_edits_counts_acceptance_and_reports_its_cache(tmp_path, repeater_model_dir,
                                                                                         lsp_status):
     # The repeater model writes "x" forever: token healing would make it rewrite the word first.
-    options = {"model": str(repeater_model_dir), "max_new_tokens": 8, "token_healing": False}
+    options = {"model": str(repeater_model_dir), "max_new_tokens": 8, "token_healing": False,
+               "latency_budget_ms": 0}  # all 8 tokens, however slow the machine
     async with stdio_session(tmp_path, options) as client:
         uri = open_doc(client, tmp_path / "a.py")
         # Type " ret" at the start of a new line inside main(), as an editor would.
@@ -88,7 +89,7 @@ async def test_cancel_request_stops_generation_quickly(tmp_path, repeater_model_
             settings={"memosight": {"max_new_tokens": 2}}))
         result = await client.text_document_inline_completion_async(inline_params(uri, 1, 4))
         assert result.items[0].insert_text == "xx"
-        assert time.perf_counter() - started < 3.0
+        assert time.perf_counter() - started < 10.0  # not the 1024 tokens (minutes) of the cancelled one
         counters = (await lsp_status(client))["requests"]
         assert counters["cancelled"] >= 1
 

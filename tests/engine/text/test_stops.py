@@ -76,9 +76,10 @@ def test_a_multi_line_completion_over_its_time_budget_ends_at_its_last_complete_
     assert text == "    a = 1\n    b = 2\n    c = 3" and state.stop_reason == "max_tokens"  # no trailing blank
     # a single line over its budget ends where it got to (a line that never ends would run to the
     # cap); its budget counts from its first token, so a slow prefill alone does not cut it short
-    single = StopRule(single_line=True, time_budget_ms=8.0)
-    text, state = _stream(["x = ", "compute(", "a, b", ")"], single, started=time.perf_counter() - 1.0)
+    generous = StopRule(single_line=True, time_budget_ms=500.0)  # far less than the second spent before
+    text, state = _stream(["x = ", "compute(", "a, b", ")"], generous, started=time.perf_counter() - 1.0)
     assert (text, state.stop_reason) == ("x = compute(a, b)", "max_tokens")
+    single = StopRule(single_line=True, time_budget_ms=8.0)
     text, state = _stream(["x = ", "compute(", "a, b", ")"], single, started=time.perf_counter(), delay_s=0.005)
     assert state.stop_reason == "time_budget" and text in ("x = compute(", "x = compute(a, b")
     text, state = _stream(pieces, StopRule(single_line=True, time_budget_ms=60_000.0), started=time.perf_counter())

@@ -150,7 +150,8 @@ async def test_typing_into_a_cached_completion_shows_the_rest_without_asking(fak
 
 
 async def test_one_request_in_flight_then_one_retry_for_where_the_cursor_is_now(fake):
-    fake.delay = lambda body: 0.4 if body["prompt"].endswith("1") else 0.0
+    answer_first = threading.Event()  # the first answer is held until the keys after it are typed
+    fake.delay = lambda body: answer_first.wait(10) and 0.0 if body["prompt"].endswith("1") else 0.0
     fake.reply = lambda body: "QQQ" if body["prompt"].endswith("1") else ""
     system = await started(fake.url)
     await system.open("/nonexistent/add.py", BUFFER, START)
@@ -161,6 +162,7 @@ async def test_one_request_in_flight_then_one_retry_for_where_the_cursor_is_now(
     text, cursor = await typed(system, text, cursor, "3")
     await asyncio.sleep(0.15)
     assert len(fake.bodies) == 1  # the first is still running: the others wait
+    answer_first.set()
     await until(lambda: len(fake.fims()) >= 2)
     prompts = [b["prompt"] for b in fake.fims()]
     assert prompts[:2] == ["    return 1", "    return 123"]
@@ -186,11 +188,11 @@ async def test_a_chunk_picked_on_buffer_enter_joins_the_ring_when_the_user_pause
     other_text = "class Store:\n    items = []\n    def put(self, item):\n        self.items.append(item)\n"
     other.write_text(other_text)
     system = await started(fake.url, ring_update_ms=50)
-    system.RING_IDLE_S = 0.4  # llama.vim's 3 s, shortened for the test
+    system.RING_IDLE_S = 2.0  # llama.vim's 3 s, shortened for the test; long after BufEnter's pick
     await system.open(str(other), other_text, 0)
     await asyncio.sleep(0.2)  # BufEnter's pick, 100 ms after (the buffer is still unmodified)
     assert len(system.ring_queued) == 1 and not [b for b in fake.bodies if b["n_predict"] == 0]
-    await until(lambda: [b for b in fake.bodies if b["n_predict"] == 0], timeout=2)
+    await until(lambda: [b for b in fake.bodies if b["n_predict"] == 0], timeout=6)
     ring = [b for b in fake.bodies if b["n_predict"] == 0][0]
     assert ring["input_extra"][0]["text"] == other_text and ring["input_extra"][0]["filename"] == str(other)
     assert (ring["prompt"], ring["input_prefix"], ring["input_suffix"], ring["samplers"]) == ("", "", "", [])

@@ -32,7 +32,7 @@ async def until(predicate, timeout: float = 5.0) -> None:
     ("x = \ny = \n", 10, False),  # the cursor moved: the running generation is useless
 ])
 def test_a_newer_request_shares_or_supersedes_the_running_generation(scripted_engine, text, cursor, shared):
-    engine = scripted_engine("abcdefgh", delay=0.05, repeat=False)
+    engine = scripted_engine("abcdefgh", delay=0.15, repeat=False)  # still running when the newer one comes
     suggester = Suggester(lambda settings: engine)
     doc = Document("file:///a.py", text, "python")
 
@@ -142,14 +142,15 @@ def test_a_request_after_tab_joins_the_prefetch_still_running(scripted_engine):
         suggester.warm(doc, cursor + len("total = 0"), settings)  # the edit: the prefetch goes on
         timeline = Timeline()
         after_tab = await suggest(suggester, doc, cursor + len("total = 0"), settings, timeline=timeline)
+        prefetched = suggester.counters.prefetched  # before the next prefetch can finish
         await until(lambda: len(engine.requests) == 3)  # the next prefetch starts after the answer, not before
-        return first, after_tab, timeline
+        return first, after_tab, timeline, prefetched
 
-    first, after_tab, timeline = asyncio.run(scenario())
+    first, after_tab, timeline, prefetched = asyncio.run(scenario())
     assert first.text == "total = 0" and after_tab.text == "for x in xs:"
     assert timeline.kind == "joined"  # no model call of its own: the prefetch's prompt is the only one there
     assert [r.prefix.endswith("total = 0") for r in engine.requests] == [False, True, False]  # then the next prefetch
-    assert suggester.counters.joined == 1 and suggester.counters.prefetched == 1
+    assert suggester.counters.joined == 1 and prefetched == 1
     suggester.close()
 
 
@@ -182,7 +183,7 @@ def test_completions_are_forgotten_when_the_settings_change(scripted_engine):
 
 
 def test_a_running_generation_that_still_matches_is_joined_not_restarted(scripted_engine):
-    engine = scripted_engine("abcdefghij", delay=0.03, repeat=False)
+    engine = scripted_engine("abcdefghij", delay=0.15, repeat=False)  # still running when the newer one comes
     suggester = Suggester(lambda settings: engine)
     doc = Document("file:///a.py", "x = \n", "python")
 
@@ -437,7 +438,7 @@ def test_a_remote_backend_answers_through_the_same_suggester_and_a_dead_one_is_s
     server = FakeServer()
     server.pieces = ["items", "\n", "more"]
     settings = Settings.of(backend=Backend(kind="llamacpp", url=server.url(path=""), fallback="none",
-                                           first_token_timeout_ms=500), prefetch=False)  # the last request is the user's
+                                           first_token_timeout_ms=5000), prefetch=False)  # the last request is the user's
     suggester = Suggester()
     doc = Document("file:///a.py", "for item in \n", "python")
     assert asyncio.run(suggest(suggester, doc, 12, settings)).text == "items"
