@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 
@@ -67,11 +68,11 @@ class Runs:
     def submit(self, gen: Generation, engine: Engine, ticket: Ticket, *, cold: bool = False,
                timeline: Timeline | None = None, on_piece: Callable[[str], None] | None = None) -> Future:
         gen.future = self._engine.submit(self._complete, engine, ticket, gen, cold, timeline or Timeline(), on_piece)
-        # The callback holds the URI, never the run: a future keeps its callbacks once done, and a
-        # run that held its future's callback would be a cycle, freed only by the cyclic collector
-        # with its document's text (measured: 100 MB more at bench fuzz's peak, heavy documents).
-        uri = ticket.seen.uri
-        gen.future.add_done_callback(lambda future: self._drop_done(uri, future))
+        # The callback holds the run weakly: a future keeps its callbacks once done, and a run that
+        # held its future's callback would be a cycle, freed only by the cyclic collector with its
+        # document's text (measured: 100 MB more at bench fuzz's peak, heavy documents).
+        uri, run = ticket.seen.uri, weakref.ref(gen)
+        gen.future.add_done_callback(lambda _: self._drop(uri, run()))
         return gen.future
 
     def stop(self, uri: str, source: str | None = None) -> None:
@@ -103,15 +104,9 @@ class Runs:
         gen = self._latest.get(uri)
         return gen is not None and (source is None or gen.source == source)
 
-    def _drop_done(self, uri: str, future: Future) -> None:
+    def _drop(self, uri: str, gen: Generation | None) -> None:
         with self._lock:
-            gen = self._latest.get(uri)
-            if gen is not None and gen.future is future:
-                del self._latest[uri]
-
-    def _drop(self, uri: str, gen: Generation) -> None:
-        with self._lock:
-            if self._latest.get(uri) is gen:
+            if gen is not None and self._latest.get(uri) is gen:
                 del self._latest[uri]
 
     def __len__(self) -> int:
