@@ -158,10 +158,11 @@ class AnswerTally:
 
 def acceptances_bounded(requests: dict) -> bool:
     """The counters the client feeds (memosight.accepted) kept to what can be true: no more
-    acceptances than completions answered, none longer than a suggestion can be."""
-    completed = requests.get("completed", 0)
-    return (requests.get("accepted", 0) <= completed
-            and requests.get("accepted_chars", 0) <= completed * MAX_ACCEPTED_CHARS)
+    acceptances than suggestions shown (answered, or streamed while written), none longer than a
+    suggestion can be."""
+    shown = requests.get("completed", 0) + requests.get("streamed", 0)
+    return (requests.get("accepted", 0) <= shown
+            and requests.get("accepted_chars", 0) <= shown * MAX_ACCEPTED_CHARS)
 
 
 @dataclass

@@ -119,6 +119,7 @@ class Counters:
     warm_ups: int = 0  # prompts prefilled ahead: after an edit, on entering a file
     first_lines: int = 0  # answered with a multi-line run's first line while the rest was still written
     prefetched: int = 0  # suggestions computed ahead for the text after taking the one on screen
+    streamed: int = 0  # requests whose text the editor showed while it was written (a Tab may take it then)
     accepted: int = 0
     accepted_chars: int = 0
     errors: int = 0
@@ -130,10 +131,16 @@ class Counters:
         self.latencies_ms.append(latency_ms)
         self.longest_answer = max(self.longest_answer, len(text))
 
+    def streaming(self, text: str, first: bool) -> None:
+        """A request's text as it is written, shown in the editor: a Tab may take it before the answer."""
+        self.streamed += first
+        self.longest_answer = max(self.longest_answer, len(text))
+
     def accept(self, chars: int) -> None:
         """What the client reports taking, kept to what can be true: no more acceptances than
-        suggestions answered, none longer than the longest answered (a client once sent 4e30)."""
-        if self.accepted >= self.completed:
+        suggestions shown (answered, or streamed while written), none longer than the longest shown
+        (a client once sent 4e30)."""
+        if self.accepted >= self.completed + self.streamed:
             return
         self.accepted += 1
         self.accepted_chars += min(max(0, chars), self.longest_answer)
@@ -144,7 +151,8 @@ class Counters:
         return {
             "requests": self.requests, "completed": self.completed, "empty": self.empty,
             "cancelled": self.cancelled, "superseded": self.superseded, "typed_through": self.typed_through,
-            "joined": self.joined, "first_lines": self.first_lines, "warm_ups": self.warm_ups, "prefetched": self.prefetched, "accepted": self.accepted,
+            "joined": self.joined, "first_lines": self.first_lines, "warm_ups": self.warm_ups, "prefetched": self.prefetched,
+            "streamed": self.streamed, "accepted": self.accepted,
             "accepted_chars": self.accepted_chars, "errors": self.errors,
             "latency_ms": {"last": round(self.latencies_ms[-1], 2) if lat else None,
                            "p50": pick(0.5), "p95": pick(0.95)},

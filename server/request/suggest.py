@@ -175,9 +175,8 @@ class Suggester:
             if gen.cancel.is_set():
                 return None
             timeline.mark("handler")
-            loop = asyncio.get_running_loop()
-            self.runs.submit(gen, engine, ticket, cold=cold, timeline=timeline, on_piece=None if on_partial is None
-                             else lambda partial: loop.call_soon_threadsafe(on_partial, partial))
+            self.runs.submit(gen, engine, ticket, cold=cold, timeline=timeline,
+                             on_piece=None if on_partial is None else self._streamed(on_partial))
         else:
             timeline.mark("handler")
             timeline.kind = "joined"
@@ -185,6 +184,17 @@ class Suggester:
         if timeline.kind == "joined":
             timeline.mark("joined")
         return suggestion
+
+    def _streamed(self, on_partial: Callable[[str], None]) -> Callable[[str], None]:
+        """The engine thread's pieces for `on_partial`, on the event loop, each counted as shown."""
+        loop, first = asyncio.get_running_loop(), True
+
+        def shown(partial: str) -> None:
+            nonlocal first
+            self.counters.streaming(partial, first)
+            first = False
+            on_partial(partial)
+        return lambda partial: loop.call_soon_threadsafe(shown, partial)
 
     def _answer(self, suggestion: Suggestion | None, ticket: Ticket, started: float) -> Suggestion | None:
         text, cursor = ticket.seen.text, ticket.cursor

@@ -114,13 +114,16 @@ local function accept_with_tab()
   end)
 end
 
--- Asks for memosight/status until the server has counted `accepted` acceptances (or 20 s passed); returns it.
+-- Asks for memosight/status until the server has counted `accepted` acceptances (fails after 20 s); returns it.
 local function status_once_accepted(buf, accepted)
   local deadline = vim.uv.hrtime() + 20e9
   local result
   repeat
     result = status(buf)
   until result.requests.accepted >= accepted or vim.uv.hrtime() > deadline
+  if result.requests.accepted < accepted then -- fail with the driver's events and the server's log
+    error("the server counted " .. result.requests.accepted .. " acceptances in 20 s, not " .. accepted)
+  end
   return result
 end
 

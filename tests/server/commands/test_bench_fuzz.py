@@ -45,6 +45,7 @@ def test_acceptances_are_bounded_by_what_was_answered():
     assert acceptances_bounded({"completed": 3, "accepted": 3, "accepted_chars": 3 * 2048})
     assert not acceptances_bounded({"completed": 3, "accepted": 4, "accepted_chars": 10})
     assert not acceptances_bounded({"completed": 3, "accepted": 1, "accepted_chars": 4 * 10**30})
+    assert acceptances_bounded({"completed": 3, "streamed": 1, "accepted": 4, "accepted_chars": 10})  # a Tab on streamed text
 
 
 def test_the_memory_watch_keeps_the_report_at_the_highest_rss_and_every_reports_bound():

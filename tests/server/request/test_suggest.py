@@ -65,6 +65,28 @@ def test_partial_text_is_reported_while_generating(scripted_engine):
 
     assert asyncio.run(scenario()).text == "abc"
     assert seen == ["a", "ab", "abc"]
+    assert suggester.counters.streamed == 1  # one request shown while written, not one per piece
+
+
+def test_a_tab_on_streamed_text_before_the_answer_is_counted(scripted_engine):
+    engine = scripted_engine("abcdefgh", delay=0.05, repeat=False)
+    suggester = Suggester(lambda settings: engine)
+    doc = Document("file:///a.py", "x = \n", "python")
+    settings = Settings(latency_budget_ms=0, prefetch=False)
+    seen: list[str] = []
+
+    async def scenario():
+        request = asyncio.ensure_future(suggest(suggester, doc, 4, settings, on_partial=seen.append))
+        await until(lambda: seen and len(seen[-1]) >= 3)
+        suggester.record_accepted(3)  # the editor's Tab took "abc" while the rest was written
+        accepted_then = suggester.counters.accepted
+        await request
+        return accepted_then
+
+    assert asyncio.run(scenario()) == 1 and suggester.counters.accepted_chars == 3
+    suggester.record_accepted(8)
+    suggester.record_accepted(8)
+    assert suggester.counters.accepted == 2  # no more than shown: one streamed, one answered
 
 
 def test_typing_the_start_of_a_suggestion_is_answered_from_its_rest(scripted_engine):
