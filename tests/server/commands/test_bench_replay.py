@@ -7,24 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from memosight.server.commands.bench_replay import (
-    bursts,
-    keystrokes,
-    setting,
-)
+from memosight.server.commands.bench_replay import setting
 
 SAMPLE = Path(__file__).parents[2] / "data" / "sample.py"
-
-
-def test_keystrokes_indent_new_lines_like_an_editor():
-    assert keystrokes("a:\n    b\n") == ["a", ":", "\n    ", "b", "\n"]
-
-
-def test_bursts_cover_every_keystroke():
-    import random
-
-    keys = keystrokes("def f(x):\n    return x + 1\n")
-    assert sum(bursts(keys, random.Random(0)), []) == keys
 
 
 def test_short_replay_reports_every_figure(tmp_path, tiny_model_dir):
@@ -125,14 +110,3 @@ def test_the_bursts_pattern_is_an_editor_that_asks_after_every_burst_of_one_to_s
             burst_sizes(bad)
 
 
-def test_functions_come_from_files_at_least_min_lines_long(tmp_path):
-    import random
-
-    from memosight.server.commands.bench_replay import bursts, pick_functions
-
-    (tmp_path / "short.py").write_text(SAMPLE.read_text())
-    (tmp_path / "long.py").write_text(SAMPLE.read_text() + "\n" * 2000)
-    picked = pick_functions(str(tmp_path), 5, 400, random.Random(0), min_lines=1000)
-    assert picked and {path.name for path, *_ in picked} == {"long.py"}
-    keys = keystrokes("def f(x):\n    return x + 1\n")
-    assert all(1 <= len(b) <= 6 for b in bursts(keys, random.Random(0), (1, 6))[:-1])

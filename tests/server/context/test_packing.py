@@ -119,7 +119,7 @@ def test_typing_a_function_keeps_the_suffix_identical(budget):
     # As the typed function grows, its extent (and the split between the rest of it and the far
     # code below) moves; the text after the cursor does not, and neither may the suffix, which a
     # suffix-first prompt reads before everything else (a change there costs the whole KV cache).
-    from memosight.server.commands.bench_replay import keystrokes
+    from memosight.server.bench.replay import keystrokes
 
     doc = Document("file:///g.py", STACK_HEAD + STACK_TAIL, "python")
     compressor = ContextCompressor()
