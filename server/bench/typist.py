@@ -7,14 +7,26 @@ from __future__ import annotations
 
 import asyncio
 import random
+import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from ..commands.common import CommandError, say
 from .replay import keystrokes, pick_functions
 
 SYSTEMS = ("memosight", "memosight-llamacpp", "llamavim")
+
+
+class LlamaServerLike(Protocol):
+    """A llama-server process the llama-server systems talk to."""
+
+    url: str
+    process: subprocess.Popen
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -66,31 +78,6 @@ async def type_function(system, path: Path, text: str, start: int, end: int, arg
     await system.close(str(path))
 
 
-def llama_server_bin(args) -> Path:
-    """The native llama-server's folder, checked with --gguf before any typing starts."""
-    from memosight.engine.bench.llama_server import native_bin_dir
-
-    if not args.gguf:
-        raise CommandError("the llama-server systems need --gguf FILE (the same model memosight runs; "
-                           "`memosight export gguf --out FILE` writes the embedded one)")
-    if not Path(args.gguf).is_file():
-        raise CommandError(f"--gguf {args.gguf!r} is not a file")
-    bin_dir = native_bin_dir()
-    if bin_dir is None:
-        raise CommandError("no native llama-server for this CPU: build it with `bash engine/bench/"
-                           "build_llama_cpp.sh` (about 20 minutes on 2 cores), or set MEMOSIGHT_LLAMA_SERVER")
-    return bin_dir
-
-
-def llama_server_for(args):
-    """A fresh native llama-server on --gguf, with llama.vim's recommended flags."""
-    from memosight.engine.bench.llama_server import LlamaServer
-
-    spec = ["--spec-type", args.llama_spec] if getattr(args, "llama_spec", None) else []
-    return LlamaServer(Path(args.gguf), args.llama_threads, llama_server_bin(args), n_ctx=0,
-                       extra=["--cache-reuse", "256", "-ub", "1024", "-b", "1024", *spec])
-
-
 def make_system(name: str, args, server):
     options = {"model": args.model} if args.model else {}
     options.update(dict(args.set))
@@ -115,8 +102,8 @@ def make_system(name: str, args, server):
     return LlamaVimSystem(server.url, server_pid=server.process.pid)
 
 
-async def run_system(name: str, functions, args) -> dict:
-    server = llama_server_for(args) if name != "memosight" else None
+async def run_system(name: str, functions, args, llama_server: Callable[[], LlamaServerLike]) -> dict:
+    server = llama_server() if name != "memosight" else None
     try:
         system = make_system(name, args, server)
         await system.start()
@@ -153,17 +140,13 @@ def summarize(name: str, typed: Typed, stats) -> dict:
     }
 
 
-async def bench(args) -> dict:
-    names = [n.strip() for n in args.systems.split(",") if n.strip()]
-    unknown = [n for n in names if n not in SYSTEMS]
-    if unknown:
-        raise CommandError(f"unknown system(s) {', '.join(unknown)}; choose from {', '.join(SYSTEMS)}")
-    if any(name != "memosight" for name in names):
-        llama_server_bin(args)
+async def bench(args, names: list[str], llama_server: Callable[[], LlamaServerLike]) -> dict:
+    """Types the same functions into each system of `names` in turn; `llama_server()` starts a fresh
+    llama-server for a system that needs one (the command's: the engine's bench runs it)."""
     functions = pick_functions(args.corpus, args.functions, args.max_chars, random.Random(args.seed))
     if not functions:
         raise CommandError(f"no function of at most {args.max_chars} characters under {args.corpus}")
-    results = [await run_system(name, functions, args) for name in names]
+    results = [await run_system(name, functions, args, llama_server) for name in names]
     base = next((r for r in results if r["system"] == "llamavim"), None)
     for r in results:
         r["vs_llamavim"] = (round(r["chars_saved"] / base["chars_saved"], 2) if base and base["chars_saved"]

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from pathlib import Path
 
 from ..bench.typist import SYSTEMS, bench
 from .bench_replay import setting
-from .common import add_json_argument, print_result
+from .common import CommandError, add_json_argument, print_result
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -102,8 +103,39 @@ def plot(result: dict, out: str) -> None:
     fig.savefig(out)
 
 
+def llama_server_bin(args) -> Path:
+    """The native llama-server's folder, checked with --gguf before any typing starts."""
+    from memosight.engine.bench.llama_server import native_bin_dir
+
+    if not args.gguf:
+        raise CommandError("the llama-server systems need --gguf FILE (the same model memosight runs; "
+                           "`memosight export gguf --out FILE` writes the embedded one)")
+    if not Path(args.gguf).is_file():
+        raise CommandError(f"--gguf {args.gguf!r} is not a file")
+    bin_dir = native_bin_dir()
+    if bin_dir is None:
+        raise CommandError("no native llama-server for this CPU: build it with `bash engine/bench/"
+                           "build_llama_cpp.sh` (about 20 minutes on 2 cores), or set MEMOSIGHT_LLAMA_SERVER")
+    return bin_dir
+
+
+def llama_server_for(args):
+    """A fresh native llama-server on --gguf, with llama.vim's recommended flags."""
+    from memosight.engine.bench.llama_server import LlamaServer
+
+    spec = ["--spec-type", args.llama_spec] if getattr(args, "llama_spec", None) else []
+    return LlamaServer(Path(args.gguf), args.llama_threads, llama_server_bin(args), n_ctx=0,
+                       extra=["--cache-reuse", "256", "-ub", "1024", "-b", "1024", *spec])
+
+
 def run(args: argparse.Namespace) -> int:
-    result = asyncio.run(bench(args))
+    names = [n.strip() for n in args.systems.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SYSTEMS]
+    if unknown:
+        raise CommandError(f"unknown system(s) {', '.join(unknown)}; choose from {', '.join(SYSTEMS)}")
+    if any(name != "memosight" for name in names):
+        llama_server_bin(args)  # before any typing starts
+    result = asyncio.run(bench(args, names, lambda: llama_server_for(args)))
     if args.plot:
         plot(result, args.plot)
     print_result(result, args.json, render, cpu=True)

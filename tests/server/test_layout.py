@@ -1,7 +1,9 @@
-"""The server's rooms import each other without a cycle, counting every import (tests/import_graph.py)."""
+"""The server's rooms import each other without a cycle, counting every import (tests/import_graph.py),
+and outside the command-line tools reach the engine only through its door."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 from ..import_graph import cycles, import_graph
@@ -36,3 +38,24 @@ def test_no_room_imports_from_a_room_above_it():
     upward = [f"{a} -> {b}" for a, targets in sorted(graph.items()) for b in sorted(targets)
               if room_of(b) > room_of(a) >= 0]
     assert upward == []
+
+
+# The one door (DESIGN.md): outside the command-line tools, the server reaches the engine only through
+# `memosight.engine` (load_engine, the catalog) and `memosight.engine.protocol`.
+DOOR = {"memosight.engine", "memosight.engine.protocol"}
+
+
+def engine_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        found.update(n for n in names if n.split(".")[:2] == ["memosight", "engine"])
+    return found
+
+
+def test_outside_its_tools_the_server_reaches_the_engine_only_through_its_door():
+    past = [f"{path.relative_to(SERVER)}: {name}" for path in sorted(SERVER.rglob("*.py"))
+            if path.relative_to(SERVER).parts[0] not in ("commands", "cli.py")
+            for name in sorted(engine_imports(path) - DOOR)]
+    assert past == []
