@@ -14,7 +14,7 @@ by step: edits around characters outside ASCII (`non_ascii_step`), a typist's bu
 
 Every message says which well-formed requests it carries (each must be answered exactly once) and,
 for a completion request, the document's text, version and cursor as the client sent it (`Asked`:
-its answer is checked against that version, `built_on_another_version`). The stream keeps its own
+its answer is checked against that version: fuzz_checks.py). The stream keeps its own
 copy of every document (lsp_text.LspText, written from the spec; QuickText finds the same lines
 faster) to check the server's against. Messages of a wrong shape that could touch a document go
 to SCRATCH only, whose text is not checked: which of them a server applies is its own choice.
@@ -124,35 +124,6 @@ class QuickText(LspText):
             out.append((start, text[start:]))
             self._lines, self._lines_of = out, text
         return self._lines
-
-
-def word_before(text: str, offset: int) -> str:
-    """The identifier characters just before `offset`: what the server's completion item replaces."""
-    start = offset
-    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
-        start -= 1
-    return text[start:offset]
-
-
-def built_on_another_version(asked: Asked, item: dict) -> bool:
-    """Whether a textDocument/completion item was built on another text than the request's: its
-    textEdit must end at the request's cursor, cover the word before it in the request's version
-    (the server's items replace that word, for clients that filter on it), and its newText start
-    with that word. An item without a textEdit has nothing to check."""
-    edit = item.get("textEdit") if isinstance(item, dict) else None
-    if edit is None:
-        return False
-    model = QuickText(asked.text)
-    try:
-        start, end = (edit["range"][k] for k in ("start", "end"))
-        start, end = (int(start["line"]), int(start["character"])), (int(end["line"]), int(end["character"]))
-        covered = asked.text[model.offset(*start):model.offset(*end)]
-        new_text = str(edit["newText"])
-    except (KeyError, TypeError, ValueError):
-        return True  # an edit nobody can place
-    cursor = model.offset(*asked.position)
-    return end != tuple(asked.position) or covered != word_before(asked.text, cursor) \
-        or not new_text.startswith(covered)
 
 
 def heavy_text(chars: int) -> str:

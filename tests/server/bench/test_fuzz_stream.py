@@ -10,10 +10,8 @@ from memosight.server.bench.fuzz_stream import (
     NON_ASCII_URI,
     SCRATCH,
     SMALL_CHARS,
-    Asked,
     FuzzStream,
     QuickText,
-    built_on_another_version,
     heavy_text,
 )
 from memosight.server.bench.lsp_text import LspText
@@ -158,31 +156,6 @@ def test_quick_text_finds_the_lines_lsp_text_finds():
         assert quick.lines() == LspText(text).lines()
         quick.apply((0, 0), (0, 0), "\r")  # a new text: its lines found anew
         assert quick.lines() == LspText("\r" + text).lines()
-
-
-def test_an_item_built_on_the_text_after_an_edit_behind_the_request_is_flagged():
-    # `cl|` at version 11; the user then deleted `l` and typed `ß` (version 12)
-    asked = Asked(COMPLETION, "file:///a.py", 11, "cl", (0, 2))
-
-    def item(new_text, start=(0, 0), end=(0, 2)):
-        return {"textEdit": {"range": {"start": {"line": start[0], "character": start[1]},
-                                       "end": {"line": end[0], "character": end[1]}}, "newText": new_text}}
-
-    assert built_on_another_version(asked, item("cß.data[key]"))
-    assert not built_on_another_version(asked, item("cl.data[key]"))
-    assert built_on_another_version(asked, item("cl.data[key]", end=(0, 1)))  # not at the request's cursor
-    assert built_on_another_version(asked, item("l.data", start=(0, 1)))  # not the whole word before it
-    assert not built_on_another_version(asked, {"label": "x"})  # no range: nothing to check
-    assert built_on_another_version(asked, {"textEdit": {"newText": "x"}})  # a range nobody can place
-    assert built_on_another_version(asked, item("cl", start=("a", 0)))
-
-
-def test_the_word_before_the_cursor_is_counted_in_utf16_units():
-    asked = Asked(COMPLETION, "file:///a.py", 3, "😀 größ = 1\n", (0, 7))  # 😀 is two units
-    edit = {"range": {"start": {"line": 0, "character": 3}, "end": {"line": 0, "character": 7}}, "newText": "größe"}
-    assert not built_on_another_version(asked, {"textEdit": edit})
-    edit["range"]["start"]["character"] = 2
-    assert built_on_another_version(asked, {"textEdit": edit})
 
 
 def test_the_non_ascii_phase_edits_beside_characters_outside_ascii_and_asks_again_behind_an_edit():

@@ -1,7 +1,14 @@
-"""The fuzz run's checks (fuzz.py): answers tallied against the document as each request saw it,
-acceptances bounded, the memory report at the peak, leaving cleanly."""
+"""The fuzz run's checks (fuzz_checks.py): an item built on another version than its request's, answers
+tallied against the document as each request saw it, acceptances bounded, the memory report at the
+peak, leaving cleanly."""
 
-from memosight.server.bench.fuzz import AnswerTally, MemoryWatch, acceptances_bounded, left_cleanly
+from memosight.server.bench.fuzz_checks import (
+    AnswerTally,
+    MemoryWatch,
+    acceptances_bounded,
+    built_on_another_version,
+    left_cleanly,
+)
 from memosight.server.bench.fuzz_stream import COMPLETION, INLINE, Asked
 
 
@@ -55,3 +62,28 @@ def test_the_memory_watch_keeps_the_report_at_the_highest_rss_and_every_reports_
 def test_a_server_that_left_by_a_signal_did_not_leave_cleanly():
     assert left_cleanly(0) and left_cleanly(1)
     assert not left_cleanly(-6) and not left_cleanly(None)
+
+
+def test_an_item_built_on_the_text_after_an_edit_behind_the_request_is_flagged():
+    # `cl|` at version 11; the user then deleted `l` and typed `ß` (version 12)
+    asked = Asked(COMPLETION, "file:///a.py", 11, "cl", (0, 2))
+
+    def item(new_text, start=(0, 0), end=(0, 2)):
+        return {"textEdit": {"range": {"start": {"line": start[0], "character": start[1]},
+                                       "end": {"line": end[0], "character": end[1]}}, "newText": new_text}}
+
+    assert built_on_another_version(asked, item("cß.data[key]"))
+    assert not built_on_another_version(asked, item("cl.data[key]"))
+    assert built_on_another_version(asked, item("cl.data[key]", end=(0, 1)))  # not at the request's cursor
+    assert built_on_another_version(asked, item("l.data", start=(0, 1)))  # not the whole word before it
+    assert not built_on_another_version(asked, {"label": "x"})  # no range: nothing to check
+    assert built_on_another_version(asked, {"textEdit": {"newText": "x"}})  # a range nobody can place
+    assert built_on_another_version(asked, item("cl", start=("a", 0)))
+
+
+def test_the_word_before_the_cursor_is_counted_in_utf16_units():
+    asked = Asked(COMPLETION, "file:///a.py", 3, "😀 größ = 1\n", (0, 7))  # 😀 is two units
+    edit = {"range": {"start": {"line": 0, "character": 3}, "end": {"line": 0, "character": 7}}, "newText": "größe"}
+    assert not built_on_another_version(asked, {"textEdit": edit})
+    edit["range"]["start"]["character"] = 2
+    assert built_on_another_version(asked, {"textEdit": edit})
