@@ -383,13 +383,21 @@ def test_cancelling_stops_llama_cpps_own_server(llama_cpp_server):
     assert next(stream)
     request.cancel.set()
     list(stream)
-    deadline = time.monotonic() + 20  # the server notices at its next token and logs it
-    while not re.search(r"cancel task, id_task = \d+", log_path.read_text()) and time.monotonic() < deadline:
+
+    def logged() -> tuple[list[str], list[str]]:
+        """The cancelled tasks, and the tokens the last of them held when it stopped."""
+        log = log_path.read_text()
+        cancelled = re.findall(r"cancel task, id_task = (\d+)", log)
+        if not cancelled:
+            return [], []
+        return cancelled, re.findall(rf"task {cancelled[-1]} \| stop processing: n_tokens = (\d+)", log)
+
+    # the server notices at its next token, logs the cancel, then the task's stop a moment later
+    deadline = time.monotonic() + 20
+    while not logged()[1] and time.monotonic() < deadline:
         time.sleep(0.1)
-    log = log_path.read_text()
-    cancelled = re.findall(r"cancel task, id_task = (\d+)", log)
+    cancelled, kept = logged()
     assert cancelled, "the server never saw the cancel"
-    kept = re.findall(rf"task {cancelled[-1]} \| stop processing: n_tokens = (\d+)", log)
     assert kept and int(kept[-1]) < 200, f"the cancelled task held {kept} tokens (prompt + decoded) of 1500"
 
 
