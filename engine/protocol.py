@@ -211,10 +211,11 @@ class Engine(Protocol):
     def status(self) -> dict:
         """What the status request shows: model, device, dtype, cache and decoding figures."""
 
-    def prefill(self, request: CompletionRequest) -> None:
+    def prefill(self, request: CompletionRequest) -> int | None:
         """Compute the request's prompt ahead of time (an edit just landed; the completion request
         follows), so that a stream of the same or an extended prompt starts warm. Stops early,
-        keeping what it computed, when `request.cancel` is set. Engines without a cache do nothing."""
+        keeping what it computed, when `request.cancel` is set; returns the prompt tokens it
+        computed. Engines without a cache do nothing."""
 
     def configure(self, settings: EngineSettings) -> None:
         """Apply settings that change without reloading the model."""

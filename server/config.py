@@ -42,6 +42,10 @@ class Settings:
     multiline: str = "auto"  # "auto" | "always" | "never"
     context_budget: int = 1024  # prompt tokens (prefix + suffix) given to the model
     suffix_share: float = 0.25  # share of the budget given to the text after the cursor
+    # ... and at most this many tokens: every keystroke before the suffix prefills it again (its KV
+    # was computed against the old prefix), so its length is latency; 64 lost nothing measurable
+    # against 256 (docs/BENCHMARKS.md, "The suffix's length")
+    suffix_tokens: int = 64
     languages: tuple[str, ...] = ()  # language ids to complete; empty = all
     speculative: bool = True  # speculative decoding (identical output, faster)
     token_healing: bool = True  # end the prompt at a token boundary; the model first writes the text cut off
@@ -174,6 +178,7 @@ VALIDATORS = {
     "multiline": _choice("auto", "always", "never"),
     "context_budget": _int_range(64, 32768),
     "suffix_share": _float_range(0.0, 0.9),
+    "suffix_tokens": _int_range(0, 32768),
     "languages": _languages,
     "speculative": _bool,
     "token_healing": _bool,

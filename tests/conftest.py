@@ -201,7 +201,7 @@ def llama_cpp_server(embedded_gguf):
     so the tests that need it skip where it was not built. (its base URL, its log)."""
     import shutil
 
-    from memosight.engine.bench.llama_server import free_port, native_bin_dir
+    from memosight.engine.bench.llama_server import free_port, native_bin_dir, repack_flags
 
     native = native_bin_dir()
     binary = os.environ.get("MEMOSIGHT_LLAMA_SERVER") or (native and str(native / "llama-server")) \
@@ -212,7 +212,7 @@ def llama_cpp_server(embedded_gguf):
     port, log_path = free_port(), embedded_gguf.parent / "llama-server.log"
     url = f"http://127.0.0.1:{port}"
     process, log = _serve([binary, "-m", str(embedded_gguf), "--port", str(port), "-c", "2048", "-t", "1",
-                           "-np", "1"], f"{url}/health", log_path)
+                           "-np", "1", *repack_flags()], f"{url}/health", log_path)
     yield url, log_path
     process.terminate()
     process.wait(10)

@@ -12,6 +12,7 @@ Times are the client's wall clock, HTTP on loopback included (about a millisecon
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -21,6 +22,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from ..loading.hardware import has_amx
+
+log = logging.getLogger(__name__)
 BUILD_SCRIPT = Path(__file__).with_name("build_llama_cpp.sh")
 
 
@@ -51,6 +55,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def repack_flags(flags: frozenset[str] | None = None) -> list[str]:
+    """llama-server's flags for this CPU: on one with AMX, `--no-repack`. llama.cpp 0c1e570's AMX
+    repacking segfaults in ggml_backend_amx_mul_mat at the first decode (a 4th-gen Xeon, Qwen2.5-Coder
+    Q4_K_M, native llama-server, seen with gdb); our own runtime never repacks (runtime/llamacpp.py)."""
+    if has_amx(flags):
+        log.info("llama-server: --no-repack (this CPU has AMX, whose repacking crashes llama.cpp 0c1e570)")
+        return ["--no-repack"]
+    return []
+
+
 class LlamaServer:
     """A llama-server process on loopback, stopped by `close`."""
 
@@ -61,7 +75,7 @@ class LlamaServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [str(bin_dir / "llama-server"), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(self.port),
-                   "-c", str(n_ctx), "-np", "1", "--no-webui", *extra]
+                   "-c", str(n_ctx), "-np", "1", "--no-webui", *repack_flags(), *extra]
         if threads is not None:
             command += ["-t", str(threads), "-tb", str(threads)]
         # its log goes to a file: a pipe nobody reads fills up and stalls the server mid-request

@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..decoding.attention import line_attention
@@ -313,14 +314,17 @@ class LocalEngine:
     # for a 135M model on one CPU core) when it cancels the warm-up it follows.
     PREFILL_CHUNK = 64
 
-    def prefill(self, request: CompletionRequest) -> None:
+    def prefill(self, request: CompletionRequest) -> int:
         if self.closed:
-            return
+            return 0
         prompt = self.prompt(request.prefix, request.suffix, heal=request.options.heal, fim=request.options.fim)
+        computed = 0
         with self._lock, self._clear_cache_on_error():
             if not request.cancel.is_set():
-                self.prefilled_tokens += self.runtime.warm(prompt.ids, request.cancel, self.PREFILL_CHUNK)
+                computed = self.runtime.warm(prompt.ids, request.cancel, self.PREFILL_CHUNK)
+                self.prefilled_tokens += computed
                 self.heap.touch()
+        return computed
 
     def complete(self, prefix: str, suffix: str = "", *, max_new_tokens: int = 64, single_line: bool = False,
                  language: str = "", stop: StopRule | None = None) -> Completion:
@@ -335,10 +339,16 @@ class LocalEngine:
         """Negative log-likelihood (summed, nats) and token count of `continuation` written at the
         cursor between `prefix` and `suffix`: how well a context predicts the true text, a finer
         measure than exact match when a small model rarely gets a whole line right."""
-        self._needs_torch("continuation_loss")
         prompt, target = self.prompt_ids(prefix, suffix), self.encode(continuation)
         if not target:
             return 0.0, 0
+        if self.model is None and hasattr(self.runtime, "continuation_logits"):  # llama.cpp: its own kernels
+            with self._lock:
+                logits = self.runtime.continuation_logits(prompt, target).astype(np.float64)
+            top = logits.max(axis=1)
+            log_z = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
+            return float((log_z - logits[np.arange(len(target)), target]).sum()), len(target)
+        self._needs_torch("continuation_loss")
         ids = torch.tensor([prompt + target], device=self.device)
         threads = self.prompt_cache.prefill_threads  # a whole prompt at once: on the cores a prefill uses
         with self._lock, threads.fastest() if threads else contextlib.nullcontext():

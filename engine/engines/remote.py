@@ -76,7 +76,7 @@ class RemoteEngine(Engine):
         self._fallback_factory = fallback
         self._fallback: Engine | None = None
         self._lock = threading.Lock()
-        self.state = "unknown"  # ok | unreachable | error
+        self.state = "unknown"  # ok | slow (a late first token) | unreachable | error
         self.last_error: str | None = None
         self.failures = 0
         self.retry_at = 0.0
@@ -232,8 +232,12 @@ class RemoteEngine(Engine):
     def _failed(self, exc: RemoteError, request: CompletionRequest) -> None:
         self.failures += 1
         self.last_error = str(exc)
-        self.state = "unreachable" if exc.kind in UNREACHABLE else "error"
-        self.retry_at = time.monotonic() + min(60.0, 2.0 ** min(self.failures - 1, 6))  # 1 s, 2 s, ... 60 s
+        # A first token later than its timeout is a server that is there but slow (a cold prompt on a
+        # CPU): no back-off, the next request asks it again (its prompt cache has grown meanwhile);
+        # only one that cannot be reached waits 1 s, 2 s, ... 60 s before the next try.
+        self.state = {"unreachable": "unreachable", "timeout": "slow"}.get(exc.kind, "error")
+        if self.state != "slow":
+            self.retry_at = time.monotonic() + min(60.0, 2.0 ** min(self.failures - 1, 6))
         log.warning("backend %s: %s", self.settings.url, exc)
         if request.on_notice is not None:
             covered = exc.kind in UNREACHABLE and self._fallback_factory is not None

@@ -97,6 +97,11 @@ def cpu_model_and_flags() -> str:
 
 
 @functools.cache
+def has_amx(flags: frozenset[str] | None = None) -> bool:
+    """Whether the CPU multiplies on AMX tiles (a 4th-gen Xeon and later)."""
+    return "amx_tile" in (_cpuinfo()[1] if flags is None else flags)
+
+
 def _cpuinfo() -> tuple[str, frozenset[str]]:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:

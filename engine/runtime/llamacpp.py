@@ -265,6 +265,18 @@ class LlamaCppRuntime:
             self._ready = (list(input_ids), self._hidden(self._last_row), self._logits(self._last_row))
         return position - keep
 
+    def continuation_logits(self, prompt: list[int], target: list[int]) -> np.ndarray:
+        """The logits that score `target` written after `prompt` (row k predicts target[k]). The
+        prompt's cells stay for the next prompt that shares its head; the target's are removed."""
+        _, first = self.prefill_hidden(prompt)
+        past, rows = len(self.tokens), [first]
+        for start in range(0, len(target) - 1, BATCH):
+            chunk = target[start:start + BATCH][:len(target) - 1 - start]
+            self._decode_padded([(t, past + start + k, (0,), True) for k, t in enumerate(chunk)])
+            rows.extend(self._logits(k) for k in range(len(chunk)))
+        self.L.llama_memory_seq_rm(self.memory, 0, past, -1)
+        return np.stack(rows)
+
     def append(self, token: int) -> tuple[np.ndarray, np.ndarray]:
         self._decode_padded([(token, len(self.tokens), (0,), True)])
         self.tokens = self.tokens + [token]

@@ -175,9 +175,10 @@ def _length_group(lines: int) -> str:
         else f"lines{LONG_FILE_LINES}+"
 
 
-def _variants(args, engine) -> tuple[dict[str, ContextCompressor], dict[str, float]]:
+def _variants(args, engine, budget: int) -> tuple[dict[str, ContextCompressor], dict[str, float]]:
     """The packed contexts to compare: the default, and one per --ablate kind and --variant; and
-    the suffix share of those whose variant sets its own."""
+    the suffix share of those whose variant sets its own (suffix_tokens: the server's bound, as a
+    share of this budget)."""
     compressors = {"compressed": ContextCompressor()}
     shares = {}
     asked = {}  # (text hash, row, window) -> what the lines above the row attend to
@@ -201,6 +202,8 @@ def _variants(args, engine) -> tuple[dict[str, ContextCompressor], dict[str, flo
                 share = float(value)
             elif key == "suffix_share":  # of the budget, after the cursor (--suffix-share for all)
                 shares[name] = float(value)
+            elif key == "suffix_tokens":  # at most this many tokens after the cursor, as the server bounds it
+                shares[name] = min(shares.get(name, args.suffix_share), (int(value) + 0.5) / budget)
             elif key == "contiguous":  # the near prefix runs on above the cursor's function
                 contiguous = value.strip().lower() not in ("0", "false", "no", "off", "")
             elif key == "attention":  # the model's own attention as a region score: attention=WINDOW_TOKENS
@@ -210,7 +213,8 @@ def _variants(args, engine) -> tuple[dict[str, ContextCompressor], dict[str, flo
             elif key in weights:
                 weights[key] = float(value)
             else:
-                raise CommandError(f"--variant {spec!r}: unknown key {key!r}; use near_prefix_share, suffix_share, contiguous, "
+                raise CommandError(f"--variant {spec!r}: unknown key {key!r}; use near_prefix_share, suffix_share, "
+                                   "suffix_tokens, contiguous, "
                                    "attention or "
                                    f"a weight ({', '.join(WEIGHTS)})")
         compressors[name] = ContextCompressor(weights=weights, near_prefix_share=share,
@@ -229,7 +233,7 @@ def recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> dic
                 positions.append((doc, row))
     rng.shuffle(positions)
     positions = positions[:args.max_positions]
-    compressors, shares = _variants(args, engine)
+    compressors, shares = _variants(args, engine, budget)
     # The project stands for the workspace: its unopened files may give definitions, as in the server.
     workspaces: dict[Path, WorkspaceIndex] = {}
     found = {"compressed": 0, "truncated": 0}

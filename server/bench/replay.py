@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..commands.common import CommandError, step_progress
 from .lsp_client import suggestion_text
-from .replay_breakdown import breakdown, plot_breakdowns
+from .replay_breakdown import breakdown, plot_breakdowns, prefill_per_keystroke
 
 
 @dataclass
@@ -233,6 +233,8 @@ async def replay(args) -> dict:
                 on_step(n + 1, len(functions), {"requests": stats.requests})
         status = await lsp.call("memosight/status", {"recent": True})
         result = summarize(stats, before, status, len(functions))
+        result["prefilled_per_keystroke"] = prefill_per_keystroke(
+            stats.answered_ids, status.get("breakdown", {}).get("recent", []))
         result["first_answer"] = first_answer
         if args.breakdown:
             result["breakdown"] = breakdown(stats.answered_ids, status.get("breakdown", {}).get("recent", []))

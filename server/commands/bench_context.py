@@ -48,6 +48,8 @@ from ..context.regions import REGION_KINDS
 from ..documents import Document
 from .common import CommandError, add_json_argument, print_result
 from ..bench.context_measures import PROXY_TOKEN, needle_figures, recall_and_match, typing_stability
+from ..bench.suffix_length import suffix_lengths
+from ..bench.suffix_length import table as suffix_table
 
 # Beside the packed context: plain left truncation at the same budget and at twice it; llama.vim's
 # window (256 lines before the cursor, 64 after, cut to the budget) at the same budget and at twice it,
@@ -77,12 +79,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"also pack with each of these region kinds switched off: {','.join(REGION_KINDS)} "
                              "(or all)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
-                        help="also pack with other weights (regions.WEIGHTS), near_prefix_share or suffix_share; "
+                        help="also pack with other weights (regions.WEIGHTS), near_prefix_share, suffix_share or "
+                             "suffix_tokens (the server's bound on the text after the cursor); "
                              "repeatable")
     parser.add_argument("--model", help="model folder or Hugging Face id (default: the embedded model)")
     parser.add_argument("--device", help="auto, cpu, cuda")
     parser.add_argument("--dtype", help="auto, float32, bfloat16, float16, int8 (as in .memosight.toml)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--suffix-lengths", type=_lengths, metavar="N,N,...",
+                        help="measure only what the text after the cursor is worth by its length in tokens "
+                             "(the server's suffix_tokens), e.g. 0,16,32,64,256: the next line's loss under one "
+                             "prefix, paired against the longest (--em-positions cursors, --budget)")
     parser.add_argument("--cursors-out", metavar="FILE",
                         help="write each next-line cursor's results to FILE (JSON lines: one a cursor and "
                              "budget, per context)")
@@ -97,6 +104,16 @@ def _budgets(value: str) -> list[int]:
     if not budgets or min(budgets) < 16:
         raise argparse.ArgumentTypeError(f"{value!r}: give token budgets of 16 or more, e.g. 512 or 256,512,1024")
     return budgets
+
+
+def _lengths(value: str) -> list[int]:
+    try:
+        lengths = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        lengths = []
+    if len(lengths) < 2 or min(lengths) < 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: give two or more token counts of 0 or more, e.g. 0,32,256")
+    return lengths
 
 
 def proxy_tokens(text: str) -> list[str]:
@@ -143,6 +160,12 @@ def run(args: argparse.Namespace) -> int:
     if args.cursors_out:
         Path(args.cursors_out).write_text("", encoding="utf-8")  # this run's cursors only
     budgets, args.budget = args.budget, args.budget[0]  # needles and typing: at the first budget
+    if args.suffix_lengths:
+        if engine is None:
+            raise CommandError("--suffix-lengths scores the next line with a model: leave out --no-model")
+        out = suffix_lengths(files, args, count_tokens, engine, random.Random(args.seed), args.suffix_lengths)
+        print_result(out, args.json, suffix_table, cpu=True)
+        return 0
     out = {"corpus": str(corpus), "files": len(files), "suffix_share": args.suffix_share,
            "tokens": "model" if engine else "proxy (--no-model)"}
     per_budget = {}

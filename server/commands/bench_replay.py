@@ -115,6 +115,7 @@ def render(result: dict) -> str:
         f"latency  p50 {lat['p50']} ms  p95 {lat['p95']} ms  max {lat['max']} ms",
         f"typed-through share {result['typed_through_share']:.1%}   joined generations {result['joined']}",
         f"prompt tokens from the KV cache {result['kv_cache_share']:.1%}",
+        _prefilled(result.get("prefilled_per_keystroke")),
         f"characters saved {result['chars_saved']} of {result['chars_saved'] + result['chars_typed']} "
         f"({result['chars_saved_share']:.1%}), {result['accepted']} acceptances; {result['chars_shown']} shown "
         f"({result['chars_saved_of_shown']:.1%} of them taken)",
@@ -128,6 +129,14 @@ def render(result: dict) -> str:
     if result.get("breakdown"):
         lines.append(render_breakdown(result["breakdown"]))
     return "\n".join(lines)
+
+
+def _prefilled(p: dict | None) -> str:
+    if not p:
+        return "tokens prefilled per keystroke: no request ran the model"
+    causes = ", ".join(f"{cause} {c['requests']} requests / {c['tokens']} tokens" for cause, c in p["by_cause"].items())
+    return (f"tokens prefilled per keystroke (its warm-ups included, {p['ahead_share']:.0%} of them): "
+            f"p50 {p['p50']:g}  p95 {p['p95']:g}  mean {p['mean']:g}; where the prompt moved: {causes}")
 
 
 def run(args: argparse.Namespace) -> int:

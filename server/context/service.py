@@ -65,11 +65,16 @@ class ContextService:
         return self.build(engine, view, cursor, settings, mark=mark)
 
     def suffix_share(self, engine: Engine, settings: Settings) -> float:
-        """settings.suffix_share, or 0 for a model without FIM tokens: its prompt is the text before
-        the cursor alone, so a budget kept for the text after it would be thrown away."""
+        """settings.suffix_share, bounded by settings.suffix_tokens, or 0 for a model without FIM
+        tokens: its prompt is the text before the cursor alone, so a budget kept for the text after
+        it would be thrown away."""
         if self._fim_of is None or self._fim_of[0]() is not engine:
             self._fim_of = (weakref.ref(engine), engine.info().has_fim)
-        return settings.suffix_share if self._fim_of[1] else 0.0
+        if not self._fim_of[1]:
+            return 0.0
+        # a share the packer turns back into the same whole number of tokens (int(budget * share))
+        bound = (settings.suffix_tokens + 0.5) / settings.context_budget
+        return min(settings.suffix_share, bound)
 
     def workspace_documents(self, doc: Document, cursor: int, open_docs: list[Document]) -> list[Document]:
         """Unopened workspace files that define names used near the cursor (see workspace.py)."""
@@ -81,4 +86,4 @@ class ContextService:
         version (their definitions may be in it) and where the user last worked in it."""
         others = tuple((d.uri, d.version, len(d.text), d.recent_rows) for d in self._open_documents())
         return (view.uri, view.version, id(view.text), len(view.text), cursor, settings.context_budget,
-                settings.suffix_share, others)
+                settings.suffix_share, settings.suffix_tokens, others)

@@ -27,6 +27,7 @@ from ..context.service import ContextService
 from .completion_cache import CompletionCache
 from .engine_choice import EngineHolder
 from .mode import completion_ending
+from .prompt_moves import PromptMoves
 from .records import Counters, Generation, Suggestion, Ticket, rest_after, typed_into
 from .timeline import Timeline
 
@@ -40,6 +41,7 @@ class Runs:
         self._counters, self._notice = counters, notice
         self._latest: dict[str, Generation] = {}  # uri -> its latest run, until it is done
         self._lock = threading.Lock()  # the engine thread drops finished runs, the event loop adds
+        self.moves = PromptMoves()  # where each prompt's prefill comes from (the engine thread's)
 
     # --- which run a request gets ---------------------------------------------------------------
 
@@ -146,6 +148,7 @@ class Runs:
         timeline.mark("context")
         if ticket.stale():  # an edit arrived while the context was built: a newer request comes
             return None
+        ahead, timeline.prefill_cause = self.moves.for_request(doc.uri, self.moves.move(doc.uri, context.prefix))
         request = CompletionRequest(context.prefix, context.suffix, doc.language, ending.max_new_tokens, ending.stop,
                                     gen.cancel, RequestOptions(cold=cold, heal=settings.token_healing),
                                     on_notice=self._notice)
@@ -166,6 +169,8 @@ class Runs:
         timeline.split(completion.stages_ms, "engine")
         timeline.steps = completion.steps
         timeline.tokens, timeline.prompt_tokens = completion.tokens, completion.prompt_tokens
+        timeline.prefilled_tokens = completion.prompt_tokens - completion.reused_tokens
+        timeline.prefilled_ahead = ahead
         timeline.stop_reason = completion.stop_reason
         if completion.stop_reason != "cancelled":
             self._completions.put(doc.uri, doc.text, cursor, completion.text, gen.source)
@@ -188,8 +193,10 @@ class Runs:
                 return
             view, view_cursor = doc.around(ticket.cursor)
             context = self._context.build_for_warm_up(engine, view, view_cursor, settings)
-            engine.prefill(CompletionRequest(context.prefix, context.suffix, doc.language, cancel=cancel,
-                                             options=RequestOptions(heal=settings.token_healing)))
+            cause = self.moves.move(doc.uri, context.prefix)
+            tokens = engine.prefill(CompletionRequest(context.prefix, context.suffix, doc.language, cancel=cancel,
+                                                      options=RequestOptions(heal=settings.token_healing)))
+            self.moves.warmed(doc.uri, cause, tokens or 0)
         except Exception:  # noqa: BLE001 - a failed warm-up costs only the head start
             log.exception("prefill after an edit failed")
 

@@ -4,7 +4,7 @@ import os
 import subprocess
 
 import pytest
-from memosight.engine.bench.llama_server import BUILD_SCRIPT, LlamaServerDecoder, native_bin_dir
+from memosight.engine.bench.llama_server import BUILD_SCRIPT, LlamaServerDecoder, native_bin_dir, repack_flags
 
 from .decoding import cold_warm_short
 
@@ -41,3 +41,9 @@ def test_llama_server_decodes_greedily_from_a_cached_prompt(embedded_gguf):
     # greedy on the same weights: mostly the in-process engine's tokens too (Q8/F16 export rounding aside)
     ours = engine.generate(ids, 12, speculative=False)
     assert sum(a == b for a, b in zip(ours, cold)) >= len(cold) // 2
+
+
+def test_llama_server_starts_without_repacked_weights_on_a_cpu_with_amx():
+    # llama.cpp 0c1e570's AMX repacking segfaults at the first decode on a 4th-gen Xeon
+    assert repack_flags(frozenset({"avx512f", "amx_tile", "amx_int8"})) == ["--no-repack"]
+    assert repack_flags(frozenset({"avx2", "avx512f", "avx512_vnni"})) == []

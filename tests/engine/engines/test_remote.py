@@ -419,9 +419,11 @@ def test_a_server_slower_than_its_first_token_timeout_leaves_the_request_to_the_
     assert engine.stream(CompletionRequest("a", "")).result().text == "local"  # answered, not dropped
     status = engine.status()["backend"]
     assert status["fallback_requests"] == 1 and "first-token timeout" in status["fallback_reason"]
+    # slow, not gone (a cold prompt on a CPU): no back-off, the next request asks the server again
+    assert status["state"] == "slow"
     server.first_delay = 0.0
-    engine.retry_at = 0.0  # the backoff is over: the server is asked again, and answers
     assert engine.stream(CompletionRequest("a", "")).result().text != "local"
+    assert engine.status()["backend"]["state"] == "ok"
 
 
 def test_a_real_server_slower_than_the_first_token_timeout_leaves_a_cold_prompt_to_the_local_model(llama_server):

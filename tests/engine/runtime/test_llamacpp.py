@@ -225,3 +225,15 @@ def test_with_hidden_states_a_prompts_last_state_is_the_one_every_output_gives(e
         assert step_hidden.shape == (rt.n_embd,) and np.isfinite(step_logits).all()
     finally:
         rt.close()
+
+
+def test_a_continuation_is_scored_with_plain_decodings_logits_and_leaves_only_the_prompt_cached(runtime):
+    ids = runtime.tokenizer.encode(TEXT)
+    prompt, target = ids[:-5], ids[-5:]
+    expected = chain_logits(runtime, prompt, target[:-1])
+    runtime.clear()
+    got = runtime.continuation_logits(prompt, target)
+    assert got.shape == (len(target), runtime.n_vocab)
+    assert [int(row.argmax()) for row in got] == [int(row.argmax()) for row in expected]
+    assert np.allclose(got, np.stack(expected), atol=1e-3)  # one chain decode: the class plain steps keep
+    assert runtime.tokens == prompt  # the target's cells removed; the prompt's kept for the next one

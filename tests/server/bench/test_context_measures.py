@@ -182,9 +182,10 @@ def test_the_next_line_is_its_loss_and_the_models_greedy_line_asked_cold(scripte
 def test_variants_set_weights_shares_and_contiguity_and_unknown_keys_are_named():
     args = argparse.Namespace(ablate=["docstrings"], variant=["wide:contiguous=0,near_prefix_share=0.5,used_body=2.5",
                                                               "fim:suffix_share=0.4", "on:contiguous=1",
-                                                              "off:contiguous=False", "no:contiguous=no"])
-    compressors, shares = _variants(args, None)
-    assert list(compressors) == ["compressed", "compressed_no_docstrings", "wide", "fim", "on", "off", "no"]
+                                                              "off:contiguous=False", "no:contiguous=no",
+                                                              "s32:suffix_tokens=32"], suffix_share=0.25)
+    compressors, shares = _variants(args, None, 512)
+    assert list(compressors) == ["compressed", "compressed_no_docstrings", "wide", "fim", "on", "off", "no", "s32"]
     assert compressors["off"].contiguous_near is False and compressors["no"].contiguous_near is False
     assert compressors["compressed"].weights is None  # the default weights
     assert compressors["compressed_no_docstrings"].weights == without(["docstrings"])
@@ -194,10 +195,12 @@ def test_variants_set_weights_shares_and_contiguity_and_unknown_keys_are_named()
     assert (compressors["fim"].near_prefix_share, compressors["fim"].contiguous_near) == (NEAR_PREFIX_SHARE,
                                                                                           CONTIGUOUS_NEAR)
     assert compressors["on"].contiguous_near is True
-    assert shares == {"fim": 0.4}  # only the variant that set its own
+    assert shares.pop("fim") == 0.4
+    assert int(512 * shares.pop("s32")) == 32  # the server's bound, as a share of this budget
+    assert shares == {}  # only the variants that set their own
     for spec, message in (("v:speed=3", "unknown key 'speed'"), ("a:attention=256", "attention needs a model")):
         with pytest.raises(CommandError, match=message):
-            _variants(argparse.Namespace(ablate=[], variant=[spec]), None)
+            _variants(argparse.Namespace(ablate=[], variant=[spec]), None, 512)
 
 
 def test_an_attention_variant_asks_the_model_once_per_text_and_row():
@@ -210,7 +213,7 @@ def test_an_attention_variant_asks_the_model_once_per_text_and_row():
             return {rows[0]: (rows[0], [0.5])}
 
     engine = Engine()
-    compressors, _ = _variants(argparse.Namespace(ablate=[], variant=["att:attention=256"]), engine)
+    compressors, _ = _variants(argparse.Namespace(ablate=[], variant=["att:attention=256"]), engine, 512)
     attended = compressors["att"].attention
     assert attended("a = 1\nb = 2\n", 1) == (1, [0.5])
     assert attended("a = 1\nb = 2\n", 1) == (1, [0.5])  # remembered: the model is not asked again

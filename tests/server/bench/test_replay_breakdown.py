@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from memosight.server.bench.replay_breakdown import breakdown, plot_breakdowns
+from memosight.server.bench.replay_breakdown import breakdown, plot_breakdowns, prefill_per_keystroke
 from memosight.server.commands.bench_replay import render_breakdown
 from memosight.server.commands.common import CommandError
 
@@ -110,3 +110,18 @@ def test_the_plot_without_matplotlib_says_how_to_install_it(tmp_path, monkeypatc
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # an import of it fails as if not installed
     with pytest.raises(CommandError, match=r"pip install 'memosight\[plot\]'"):
         plot_breakdowns([{"pause_ms": 0, "breakdown": breakdown(CLIENT_MS, recent())}], str(tmp_path / "x.png"))
+
+
+def test_tokens_prefilled_per_keystroke_count_the_warm_ups_and_say_where_the_prompt_moved():
+    def entry(i, kind, own, ahead, cause):
+        return {"id": i, "kind": kind, "prefilled_tokens": own, "prefilled_ahead": ahead, "prefill_cause": cause}
+
+    recent = [entry(1, "generated", 40, 0, "new"), entry(2, "generated", 2, 5, "typed"),
+              entry(3, "generated", 0, 30, "context"), entry(4, "typed_through", 0, 0, ""),
+              entry(5, "generated", 9, 0, "typed"), entry(6, "generated", 99, 0, "typed")]  # 6: not this client's
+    out = prefill_per_keystroke({1: 10.0, 2: 20.0, 3: 30.0, 4: 1.0, 5: 5.0}, recent)
+    assert out["requests"] == 4 and out["p50"] == 30 and out["p95"] == 40  # 7, 9, 30, 40
+    assert out["by_cause"] == {"new": {"requests": 1, "tokens": 40}, "typed": {"requests": 2, "tokens": 16},
+                               "context": {"requests": 1, "tokens": 30}}
+    assert out["ahead_share"] == round(35 / 86, 4)
+    assert prefill_per_keystroke({4: 1.0}, recent) is None  # no request ran the model

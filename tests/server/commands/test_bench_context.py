@@ -101,3 +101,23 @@ def test_bad_budgets_kinds_and_variant_keys_are_named(tmp_path, capsys):
         except SystemExit as exit:  # argparse's own usage error
             code = exit.code
         assert code == 2 and message in capsys.readouterr().err
+
+
+def test_the_suffix_lengths_are_scored_under_one_prefix_and_paired_against_the_longest(tmp_path, tiny_model_dir,
+                                                                                       capsys):
+    body = "".join(f"def step_{i}(items):\n    \"\"\"Step {i}.\"\"\"\n    total = 0\n    for item in items:\n"
+                   f"        total += item * {i}\n    return total\n\n\n" for i in range(50))
+    (tmp_path / "mod.py").write_text("import math\n\n\n" + body)
+    assert main(["bench", "context", "--corpus", str(tmp_path), "--budget", "256", "--model", str(tiny_model_dir),
+                 "--device", "cpu", "--em-positions", "6", "--suffix-lengths", "64,0,8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["lengths"] == [0, 8, 64]
+    tokens = out["suffix_tokens_mean"]
+    assert tokens["0"] == 0 and 0 < tokens["8"] <= 8 < tokens["64"] <= 64  # the server's bound, whole lines
+    figures = out["by_cursor"]["all"]
+    assert all(f["positions"] == 6 and f["line_loss"] > 0 and f["bits_per_char"] > 0 for f in figures.values())
+    assert "loss_minus_longest" not in figures["64"]
+    for n in ("0", "8"):
+        low, high = figures[n]["ci95"]
+        assert low <= figures[n]["loss_minus_longest"] <= high
+    assert set(out["by_cursor"]) - {"all"} <= {"mid_function", "function_end", "outside"}

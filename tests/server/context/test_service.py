@@ -1,3 +1,5 @@
+import pytest
+
 from memosight.engine.protocol import EngineInfo
 from memosight.server.config import Settings
 from memosight.server.context.service import ContextService
@@ -26,6 +28,13 @@ def test_a_request_at_the_warm_ups_text_and_cursor_gets_its_context_and_any_othe
 
 
 def test_a_model_without_fim_tokens_gets_no_suffix_budget():
-    service, settings = ContextService(), Settings(suffix_share=0.25)
+    service, settings = ContextService(), Settings(suffix_share=0.25, suffix_tokens=10_000)
     assert service.suffix_share(Engine(fim=True), settings) == 0.25
     assert service.suffix_share(Engine(fim=False), settings) == 0.0
+
+
+@pytest.mark.parametrize("budget, tokens", [(1024, 64), (1024, 0), (777, 33), (64, 10_000)])
+def test_the_suffix_is_bounded_in_tokens_whatever_the_budget(budget, tokens):
+    settings = Settings(context_budget=budget, suffix_share=0.25, suffix_tokens=tokens)
+    share = ContextService().suffix_share(Engine(fim=True), settings)
+    assert int(budget * share) == min(tokens, int(budget * 0.25))
