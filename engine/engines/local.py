@@ -120,6 +120,7 @@ class LocalEngine:
         SmolLM2 in int8, first 256-token prefill in a process 1,048 ms, later ones ~200 ms."""
         token = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else min(self.eos_ids or {0})
         self.runtime.warm_up(token)
+        self.token_bytes  # token healing's alphabet (Qwen2.5-Coder: 0.3 s), not the first request's wait
 
     @property
     def dtype(self) -> torch.dtype | None:

@@ -50,11 +50,11 @@ class TokenBytes:
 
     def __init__(self, pieces: list[bytes]):
         self.pieces = pieces  # per token id; b"" for special tokens, which spell no text
-        self._order = sorted((p, i) for i, p in enumerate(pieces) if p)
-        self._sorted = [p for p, _ in self._order]
-        self._by_piece: dict[bytes, list[int]] = {}
-        for p, i in self._order:
-            self._by_piece.setdefault(p, []).append(i)
+        # the ids by their bytes (ties by id) and the bytes in that order: one sort, no index of pieces
+        # (Qwen2.5-Coder's 151,936 tokens: 0.85 s with a dict of pieces and a sort of pairs, on the
+        # first healed prompt after spawn)
+        self._ids = sorted((i for i, p in enumerate(pieces) if p), key=pieces.__getitem__)
+        self._sorted = [pieces[i] for i in self._ids]
 
     @classmethod
     def of(cls, tokenizer) -> TokenBytes:
@@ -77,9 +77,12 @@ class TokenBytes:
         the greedy choice among them breaks ties as an unconstrained argmax does)."""
         low = bisect.bisect_left(self._sorted, rest)
         high = bisect.bisect_left(self._sorted, _successor(rest)) if _successor(rest) else len(self._sorted)
-        ids = [i for _, i in self._order[low:high]]  # sorted bytes: those starting with `rest` are together
-        for end in range(1, len(rest)):
-            ids.extend(self._by_piece.get(rest[:end], ()))
+        ids = self._ids[low:high]  # sorted bytes: those starting with `rest` are together
+        for end in range(1, len(rest)):  # those spelling a part of it: the same bytes, side by side
+            at = bisect.bisect_left(self._sorted, rest[:end])
+            while at < len(self._sorted) and self._sorted[at] == rest[:end]:
+                ids.append(self._ids[at])
+                at += 1
         return sorted(ids)
 
     def rest_after(self, rest: bytes, token: int) -> bytes:

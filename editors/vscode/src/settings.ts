@@ -14,6 +14,7 @@ export const SERVER_SETTING_KEYS = [
   "multiline",
   "contextBudget",
   "suffixShare",
+  "suffixTokens",
   "languages",
   "speculative",
   "tokenHealing",
