@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # the mask is the torch runtime's: llama.cpp's process never imports torch
+    import torch
 
 
 @dataclass
@@ -90,6 +93,8 @@ def first_chain(tree: DraftTree) -> list[int]:
 
 def tree_attention_mask(tree: DraftTree, past: int, dtype: torch.dtype, device) -> torch.Tensor:
     """Additive mask (1, 1, N, past + N): every node sees the cached past, its ancestors and itself."""
+    import torch
+
     n = len(tree)
     visible = np.eye(n, dtype=bool)  # numpy rows: this runs every decoding step
     for node, parent in enumerate(tree.parents):  # parents come before children: their rows are complete

@@ -6,10 +6,13 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..decoding.verify import Candidate
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 
 @dataclass
@@ -17,7 +20,8 @@ class DraftState:
     """What a draft source may look at to guess the tokens after `context`."""
 
     context: list[int]  # prompt + accepted tokens + the certain next (root) token
-    hidden: torch.Tensor | None = None  # (H,) base model's last hidden state before the root token
+    # (H,) base model's last hidden state before the root token: a tensor on torch, an array on llama.cpp
+    hidden: torch.Tensor | np.ndarray | None = None
     prompt_len: int = 0  # context[:prompt_len] is the prompt (it holds the text after the cursor too)
     max_len: int = 8  # no use guessing beyond the remaining token budget
 

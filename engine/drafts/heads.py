@@ -13,7 +13,9 @@ and an output layer. Two refinements for real models (each a field of HeadsConfi
   at load. The base model's full logits still verify every guess, so the output stays exactly
   greedy's; a token outside the N is only never guessed.
 The embedded model's heads have neither (its vocabulary is small) and use the base lm_head.
-Saved beside the model as draft_heads.safetensors + draft_heads.json.
+Saved beside the model as draft_heads.safetensors + draft_heads.json. The torch modules (training,
+the torch runtime) are in head_layers.py; on the llama.cpp runtime the same weights run in numpy
+(NumpyHeads), so that its process never imports torch.
 """
 
 from __future__ import annotations
@@ -21,14 +23,12 @@ from __future__ import annotations
 import copy
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from torch import nn
+import numpy as np
 
 from ..decoding.verify import Candidate
-from ..loading.int8 import quantize_int8
 from .base import DraftSource, DraftState, StepOutcome
 
 WEIGHTS_FILE = "draft_heads.safetensors"
@@ -44,97 +44,6 @@ class HeadsConfig:
     vocab_size: int = 0  # N: an output layer of its own over N frequent tokens; 0: the base model's lm_head
     token_input: bool = False  # the heads see the root token's embedding as well as the hidden state
     inner_size: int = 0  # a block's inner width (x + W2 silu(W1 x)); 0: Medusa's x + silu(W x)
-
-
-class ResBlock(nn.Module):
-    """Medusa's block, x + silu(W x), or with `inner_size` an MLP block x + W2 silu(W1 x). Either
-    starts as the identity (its last layer is zero)."""
-
-    def __init__(self, hidden_size: int, inner_size: int = 0):
-        super().__init__()
-        self.linear = nn.Linear(hidden_size, inner_size or hidden_size)
-        self.act = nn.SiLU()
-        self.down = nn.Linear(inner_size, hidden_size) if inner_size else None
-        last = self.down if self.down is not None else self.linear
-        nn.init.zeros_(last.weight)
-        nn.init.zeros_(last.bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.act(self.linear(x))
-        return x + (self.down(y) if self.down is not None else y)
-
-
-class DraftHeads(nn.Module):
-    def __init__(self, config: HeadsConfig):
-        super().__init__()
-        self.config = config
-        h = config.hidden_size
-        # A comprehension, not [block] * K: each head needs its own weights.
-        self.heads = nn.ModuleList(nn.Sequential(*[ResBlock(h, config.inner_size) for _ in range(config.num_layers)])
-                                   for _ in range(config.num_heads))
-        self.token_in = nn.Linear(h, h, bias=False) if config.token_input else None
-        if self.token_in is not None:
-            nn.init.zeros_(self.token_in.weight)  # starts by ignoring the token: the plain Medusa heads
-        self.out = nn.Linear(h, config.vocab_size, bias=False) if config.vocab_size else None
-        if self.out is not None:
-            self.out.weight.requires_grad_(False)  # the model's own rows (attach_output)
-        self.register_buffer("vocab_ids", torch.arange(config.vocab_size, dtype=torch.long))
-
-    @torch.no_grad()
-    def attach_output(self, lm_head: nn.Module) -> None:
-        """The output layer's rows: the model's own lm_head rows of `vocab_ids`."""
-        if self.out is not None:
-            self.out.weight.copy_(lm_head.weight[self.vocab_ids].to(self.out.weight.dtype))
-
-    def forward(self, hidden: torch.Tensor, token_embedding: torch.Tensor | None = None) -> torch.Tensor:
-        """(..., H) -> (K, ..., H): one transformed hidden state per head. `token_embedding` (..., H):
-        the root token's embedding in the base model, for heads with `token_input`."""
-        if self.token_in is not None:
-            if token_embedding is None:
-                raise ValueError("these heads take the root token's embedding too")
-            hidden = hidden + self.token_in(token_embedding)
-        return torch.stack([head(hidden) for head in self.heads])
-
-    def logits(self, transformed: torch.Tensor, lm_head: nn.Module | None = None) -> torch.Tensor:
-        """(K, ..., H) -> (K, ..., V'): over the reduced vocabulary (`vocab_ids` maps a column to its
-        token), or over the whole one through the base model's `lm_head`."""
-        if self.out is not None:
-            return self.out(transformed)
-        if lm_head is None:
-            raise ValueError("these heads use the base model's lm_head: pass it")
-        return lm_head(transformed)
-
-    def token_ids(self, columns: torch.Tensor) -> torch.Tensor:
-        """Token ids of logits columns."""
-        return self.vocab_ids[columns] if self.out is not None else columns
-
-    def save(self, folder: Path, extra: dict | None = None, dtype: torch.dtype = torch.float32) -> None:
-        """The weights (in `dtype`) and config beside a model; `extra` (what they were trained on,
-        figures) goes into the config file for people, and is ignored when loading."""
-        from safetensors.torch import save_file
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        weights = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous()
-                   for k, v in self.state_dict().items() if k != "out.weight"}  # the model's own rows
-        save_file(weights, str(folder / WEIGHTS_FILE))
-        (folder / CONFIG_FILE).write_text(json.dumps({**asdict(self.config), **(extra or {})}, indent=2))
-
-    @classmethod
-    def load(cls, folder: Path) -> "DraftHeads | None":
-        from safetensors.torch import load_file
-
-        folder = Path(folder)
-        if not (folder / CONFIG_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
-            return None
-        stored = json.loads((folder / CONFIG_FILE).read_text())
-        heads = cls(HeadsConfig(**{k: stored[k] for k in HeadsConfig.__dataclass_fields__ if k in stored}))
-        weights = load_file(str(folder / WEIGHTS_FILE))
-        weights.setdefault("vocab_ids", heads.vocab_ids)  # heads saved before the reduced vocabulary
-        if heads.out is not None:
-            weights["out.weight"] = heads.out.weight  # filled by attach_output
-        heads.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in weights.items()})
-        return heads.eval()
 
 
 def heads_folder(model_dir: Path | None) -> Path | None:
@@ -163,18 +72,85 @@ def gguf_heads_folder(path: Path) -> Path | None:
     return None
 
 
-class RowEmbedding(nn.Module):
-    """A token's input embedding read from a GGUF file's rows (gguf_rows.py), for heads that see
-    the root token on the llama.cpp runtime."""
+class NumpyHeads:
+    """The heads' forward in numpy, float32, for the llama.cpp runtime: the weights DraftHeads saves
+    (head_layers.py), the output rows and the root token's embedding read from the GGUF file."""
 
-    def __init__(self, rows):
-        super().__init__()
-        self.rows = rows
+    def __init__(self, config: HeadsConfig, weights: dict[str, np.ndarray], output_rows: np.ndarray,
+                 vocab_ids: np.ndarray, rows=None):
+        self.config = config
+        self.blocks = [[(weights[f"heads.{k}.{j}.linear.weight"], weights[f"heads.{k}.{j}.linear.bias"],
+                         weights.get(f"heads.{k}.{j}.down.weight"), weights.get(f"heads.{k}.{j}.down.bias"))
+                        for j in range(config.num_layers)] for k in range(config.num_heads)]
+        self.token_in = weights.get("token_in.weight") if config.token_input else None
+        self.output_rows = output_rows  # (V', H): the model's own rows of the tokens the heads guess
+        self.vocab_ids = vocab_ids  # column -> token id
+        self.rows = rows  # the file's rows, for the root token's embedding
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        flat = tokens.reshape(-1).tolist()
-        out = torch.from_numpy(self.rows.embedding(flat[0]) if len(flat) == 1 else self.rows.embedding_rows(flat))
-        return out.reshape(*tokens.shape, -1)
+    @classmethod
+    def load(cls, folder: Path, path: Path) -> NumpyHeads | None:
+        from ..loading.gguf_rows import GgufRows
+
+        folder = Path(folder)
+        if not (folder / CONFIG_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
+            return None
+        stored = json.loads((folder / CONFIG_FILE).read_text())
+        config = HeadsConfig(**{k: stored[k] for k in HeadsConfig.__dataclass_fields__ if k in stored})
+        rows = GgufRows(path)
+        if config.hidden_size != rows.hidden_size:
+            return None
+        weights = read_safetensors(folder / WEIGHTS_FILE)
+        # a reduced vocabulary's rows, or (the embedded model's 8,192 tokens) the whole output layer
+        vocab_ids = weights.get("vocab_ids", np.arange(config.vocab_size)) if config.vocab_size \
+            else np.arange(rows.vocab_size)
+        output = np.ascontiguousarray(rows.output_rows(vocab_ids.tolist()), dtype=np.float32)
+        return cls(config, weights, output, vocab_ids.astype(np.int64), rows if config.token_input else None)
+
+    def guesses(self, hidden: np.ndarray, root: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k probabilities and token ids per head, (K, k) each."""
+        x = np.asarray(hidden, dtype=np.float32).reshape(-1)
+        if self.token_in is not None:
+            x = x + self.token_in @ np.asarray(self.rows.embedding(root), dtype=np.float32)
+        transformed = []
+        for blocks in self.blocks:
+            h = x
+            for weight, bias, down, down_bias in blocks:
+                y = weight @ h + bias
+                y = y / (1.0 + np.exp(-y))  # silu
+                h = h + (down @ y + down_bias if down is not None else y)
+            transformed.append(h)
+        logits = np.stack(transformed) @ self.output_rows.T  # (K, V')
+        logits -= logits.max(axis=1, keepdims=True)
+        probs = np.exp(logits)
+        probs /= probs.sum(axis=1, keepdims=True)
+        top = np.argpartition(-probs, k - 1, axis=1)[:, :k]
+        order = np.take_along_axis(-probs, top, axis=1).argsort(axis=1, kind="stable")
+        top = np.take_along_axis(top, order, axis=1)
+        return np.take_along_axis(probs, top, axis=1), self.vocab_ids[top]
+
+
+SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64, "I32": np.int32}
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """A safetensors file as numpy arrays, floats as float32 (safetensors' own numpy reader has no
+    bfloat16, the heads' saved dtype): the format is a length, a JSON header, the raw data."""
+    data = Path(path).read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + length])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        if info["dtype"] not in SAFETENSORS_DTYPES:
+            raise ValueError(f"{path}: tensor {name} is {info['dtype']}, which these heads do not use")
+        raw = np.frombuffer(data, SAFETENSORS_DTYPES[info["dtype"]], (end - begin) // np.dtype(
+            SAFETENSORS_DTYPES[info["dtype"]]).itemsize, 8 + length + begin).reshape(info["shape"])
+        if info["dtype"] == "BF16":  # the top half of a float32
+            raw = (raw.astype(np.uint32) << 16).view(np.float32)
+        out[name] = raw.astype(np.float32) if raw.dtype.kind == "f" else raw.copy()
+    return out
 
 
 class HeadDrafter(DraftSource):
@@ -182,14 +158,15 @@ class HeadDrafter(DraftSource):
 
     name = "heads"
 
-    def __init__(self, heads: DraftHeads, lm_head: nn.Module, embed: nn.Module | None = None,
+    def __init__(self, heads, lm_head=None, embed=None,
                  top_k: tuple[int, ...] = (4, 3, 2, 2), beams: int = 6, confident: float = 0.8,
-                 min_prob: float = 0.1, standby: bool | None = None, dtype: torch.dtype | None = None):
-        self.heads = heads
+                 min_prob: float = 0.1, standby: bool | None = None, dtype=None):
+        self.heads = heads  # DraftHeads (head_layers.py, on torch) or NumpyHeads (on llama.cpp)
         self.lm_head = lm_head
         self.embed = embed  # the base model's input embedding, for heads that see the root token
-        # the heads' input dtype
-        self.dtype = dtype or (embed.weight.dtype if embed is not None else lm_head.weight.dtype)
+        # the heads' input dtype (torch's)
+        self.dtype = dtype if dtype is not None or isinstance(heads, NumpyHeads) else (
+            embed.weight.dtype if embed is not None else lm_head.weight.dtype)
         self.top_k = top_k
         self.beams = beams
         # A drafted node costs a row of the verification pass whether or not it is accepted: guesses
@@ -199,13 +176,20 @@ class HeadDrafter(DraftSource):
         # Heads that project onto the whole vocabulary cost K full lm_heads a step: they stand by,
         # asked only when the cheap sources have nothing. Reduced-vocabulary heads cost a small
         # fraction of a step and are always asked.
-        self.standby = heads.out is None if standby is None else standby
+        self.standby = getattr(heads, "out", None) is None if standby is None else standby
         self.last_top1: list[int] = []  # each head's first guess at the last ask, to score it
         self.hits: list[int] = []  # per head: times its top-1 was the greedy token
         self.tries: list[int] = []
 
     @classmethod
     def for_model(cls, model, model_dir: Path | None) -> HeadDrafter | None:
+        if model is None:  # the llama.cpp runtime: its heads come with the file (for_gguf)
+            return None
+        import torch
+
+        from ..loading.int8 import quantize_int8
+        from .head_layers import DraftHeads
+
         if not isinstance(model, torch.nn.Module):  # heads run beside a torch model's output layer
             return None
         folder = heads_folder(model_dir)
@@ -235,40 +219,31 @@ class HeadDrafter(DraftSource):
 
     @classmethod
     def for_gguf(cls, path: Path, folder: Path) -> HeadDrafter | None:
-        """Heads for a GGUF file on the llama.cpp runtime: their output rows and the root token's
-        embedding read from the file (float32 rows of the tokens they guess, no torch model)."""
-        from ..loading.gguf_rows import GgufRows
-
-        heads = DraftHeads.load(folder)
-        rows = GgufRows(path)
-        if heads is None or heads.config.hidden_size != rows.hidden_size:
+        """Heads for a GGUF file on the llama.cpp runtime, in numpy: their output rows and the root
+        token's embedding read from the file (float32 rows of the tokens they guess, no torch)."""
+        heads = NumpyHeads.load(folder, path)
+        if heads is None:
             return None
-        if heads.out is not None:
-            with torch.no_grad():
-                heads.out.weight.copy_(torch.from_numpy(rows.output_rows(heads.vocab_ids.tolist())))
-            lm_head = None
-        else:  # a small vocabulary's whole output layer (the embedded model's 8,192 rows)
-            lm_head = nn.Linear(rows.hidden_size, rows.vocab_size, bias=False)
-            with torch.no_grad():
-                lm_head.weight.copy_(torch.from_numpy(rows.output_rows(range(rows.vocab_size))))
-        embed = RowEmbedding(rows) if heads.token_in is not None else None
         # cheap heads propose wide: the tree sizer keeps the nodes worth their rows
-        return cls(heads, lm_head, embed, top_k=(6, 4, 3, 3), beams=12, min_prob=0.02, standby=False,
-                   dtype=torch.float32)
+        return cls(heads, top_k=(6, 4, 3, 3), beams=12, min_prob=0.02, standby=False)
 
-    @torch.inference_mode()
-    def guesses(self, hidden, root: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-k probabilities and token ids per head: (K, k) each, k = max(top_k). `hidden`: a
-        tensor, or the llama.cpp runtime's numpy array."""
-        if not isinstance(hidden, torch.Tensor):
-            hidden = torch.from_numpy(hidden)
-        token = None
-        if self.embed is not None:
-            token = self.embed(torch.tensor(root, device=hidden.device)).to(self.dtype)
-        logits = self.heads.logits(self.heads(hidden.to(self.dtype), token), self.lm_head)  # (K, V')
-        probs = torch.softmax(logits.float(), dim=-1)
-        top = torch.topk(probs, max(self.top_k), dim=-1)
-        return top.values, self.heads.token_ids(top.indices)
+    def guesses(self, hidden, root: int):
+        """Top-k probabilities and token ids per head: (K, k) each, k = max(top_k): numpy arrays from
+        NumpyHeads, tensors from DraftHeads (`hidden` a tensor, or the llama.cpp runtime's array)."""
+        if isinstance(self.heads, NumpyHeads):
+            return self.heads.guesses(hidden, root, max(self.top_k))
+        import torch
+
+        with torch.inference_mode():
+            if not isinstance(hidden, torch.Tensor):
+                hidden = torch.from_numpy(hidden)
+            token = None
+            if self.embed is not None:
+                token = self.embed(torch.tensor(root, device=hidden.device)).to(self.dtype)
+            logits = self.heads.logits(self.heads(hidden.to(self.dtype), token), self.lm_head)  # (K, V')
+            probs = torch.softmax(logits.float(), dim=-1)
+            top = torch.topk(probs, max(self.top_k), dim=-1)
+            return top.values, self.heads.token_ids(top.indices)
 
     def propose(self, state: DraftState) -> list[Candidate]:
         self.last_top1 = []

@@ -11,14 +11,14 @@ from collections import deque
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
-import numpy as np
-import torch
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..decoding.attention import line_attention
+import numpy as np
+
 from ..decoding.speculate import Speculator, greedy_tokens
 from ..drafts import build_drafters
 from ..loading.hardware import cpu_info
-from ..loading.int8 import is_int8
 from ..loading.memory import HeapTrimmer
 from ..protocol import (Completion, CompletionRequest, EngineError, EngineInfo, EngineSettings, StopRule, Stream,
                         valid_text)
@@ -27,7 +27,21 @@ from ..text.fim import PLAIN, FimTemplate, Prompt, detect_template, end_token_id
 from ..text.healing import TokenBytes, back_up, last_word_chars
 from ..text.stops import StreamState, stream_text
 
+if TYPE_CHECKING:  # torch is imported where a torch model runs: an engine on llama.cpp never loads it
+    import torch
+
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CpuDevice:
+    """The device of an engine whose forward runs in llama.cpp: what the engine reads of a
+    torch.device ("cpu", `.type`), without importing torch."""
+
+    type: str = "cpu"
+
+    def __str__(self) -> str:
+        return self.type
 
 
 class TimedIterator(Iterator[int]):
@@ -80,7 +94,7 @@ class LocalEngine:
     # Below this many new tokens a verification pass cannot pay for itself.
     MIN_SPECULATIVE_TOKENS = 3
 
-    def __init__(self, model, tokenizer, device: torch.device, name: str, model_dir: str | None = None,
+    def __init__(self, model, tokenizer, device: torch.device | CpuDevice, name: str, model_dir: str | None = None,
                  drafters: list | None = None, dtype_choice: dict | None = None, runtime=None,
                  runtime_choice: dict | None = None):
         # the transformers model (None where the forward runs in llama.cpp: runtime/llamacpp.py)
@@ -130,6 +144,8 @@ class LocalEngine:
         """float32, int8, bfloat16, ...; a GGUF file's own weight type on llama.cpp (Q4_K_M, ...)."""
         if self.model is None:
             return self.runtime.weights_type
+        from ..loading.int8 import is_int8
+
         return "int8" if is_int8(self.model) else str(self.dtype).removeprefix("torch.")
 
     def _eos_ids(self) -> set[int]:
@@ -335,7 +351,6 @@ class LocalEngine:
             stop = StopRule(single_line=single_line, suffix_line=line_rest)
         return self.stream(CompletionRequest(prefix, suffix, language, max_new_tokens, stop)).result()
 
-    @torch.inference_mode()
     def continuation_loss(self, prefix: str, suffix: str, continuation: str) -> tuple[float, int]:
         """Negative log-likelihood (summed, nats) and token count of `continuation` written at the
         cursor between `prefix` and `suffix`: how well a context predicts the true text, a finer
@@ -350,17 +365,21 @@ class LocalEngine:
             log_z = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
             return float((log_z - logits[np.arange(len(target)), target]).sum()), len(target)
         self._needs_torch("continuation_loss")
+        import torch
+
         ids = torch.tensor([prompt + target], device=self.device)
         threads = self.prompt_cache.prefill_threads  # a whole prompt at once: on the cores a prefill uses
-        with self._lock, threads.fastest() if threads else contextlib.nullcontext():
+        with self._lock, threads.fastest() if threads else contextlib.nullcontext(), torch.inference_mode():
             logits = self.model(ids).logits[0, len(prompt) - 1:-1].float()
-        loss = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):], reduction="sum")
+            loss = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):], reduction="sum")
         return float(loss), len(target)
 
     def line_attention(self, text: str, rows: list[int], query_lines: int = 8,
                        window_tokens: int = 1024) -> dict[int, tuple[int, list[float]]]:
         """The attention the lines above each of `rows` pay to the lines before them (attention.py)."""
         self._needs_torch("line_attention")
+        from ..decoding.attention import line_attention
+
         with self._lock:
             return line_attention(self.model, self.encode, text, rows, query_lines, window_tokens)
 
@@ -373,7 +392,12 @@ class LocalEngine:
 
     def info(self) -> EngineInfo:
         return EngineInfo(self.name, str(self.device), self.dtype_name(), self.fim.has_fim,
-                          cpu_info().to_json() if self.device.type == "cpu" else None)
+                          self._cpu())
+
+    def _cpu(self) -> dict | None:
+        if self.device.type != "cpu":
+            return None
+        return cpu_info(self.runtime.threads if self.model is None else None).to_json()
 
     def status(self) -> dict:
         if self.closed:
@@ -386,7 +410,7 @@ class LocalEngine:
             "dtype_choice": self.dtype_choice,
             "runtime": self.runtime.name,
             "runtime_choice": self.runtime_choice,
-            "cpu": cpu_info().to_json() if self.device.type == "cpu" else None,
+            "cpu": self._cpu(),
             "fim_template": self.fim.name,
             "fim_order": self.fim_order,
             "parameters": self.runtime.parameters(),
@@ -413,4 +437,6 @@ class LocalEngine:
             if hasattr(self.runtime, "close"):  # llama.cpp's model and context are freed here, not collected
                 self.runtime.close()
             if self.device.type == "cuda":
+                import torch
+
                 torch.cuda.empty_cache()

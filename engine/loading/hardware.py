@@ -14,6 +14,7 @@ import functools
 import hashlib
 import os
 import platform
+import sys
 from dataclasses import dataclass
 
 # oneDNN's instruction-set levels, lowest first, each with the /proc/cpuinfo flags it needs.
@@ -67,13 +68,16 @@ class CpuInfo:
                 f"{self.threads} of {self.cores} threads)")
 
 
-def cpu_info() -> CpuInfo:
-    """This CPU now (the thread count is read at each call; the rest once)."""
+def cpu_info(threads: int | None = None) -> CpuInfo:
+    """This CPU now (the thread count is read at each call; the rest once). `threads`: those of a
+    runtime that is not torch's (llama.cpp), whose process need not import torch to say so."""
+    model_name, flags = _cpuinfo()
+    if threads is not None and "torch" not in sys.modules:
+        return CpuInfo(model_name, "-", onednn_isa(flags, os.environ), threads, os.cpu_count() or 1)
     import torch
 
-    model_name, flags = _cpuinfo()
-    return CpuInfo(model_name, _torch_capability(), onednn_isa(flags, os.environ), torch.get_num_threads(),
-                   os.cpu_count() or 1)
+    return CpuInfo(model_name, _torch_capability(), onednn_isa(flags, os.environ),
+                   torch.get_num_threads() if threads is None else threads, os.cpu_count() or 1)
 
 
 def onednn_isa(flags: frozenset[str], environ) -> str:
@@ -96,12 +100,12 @@ def cpu_model_and_flags() -> str:
     return f"{model_name}:{hashlib.sha256(' '.join(sorted(flags)).encode()).hexdigest()[:12]}"
 
 
-@functools.cache
 def has_amx(flags: frozenset[str] | None = None) -> bool:
     """Whether the CPU multiplies on AMX tiles (a 4th-gen Xeon and later)."""
     return "amx_tile" in (_cpuinfo()[1] if flags is None else flags)
 
 
+@functools.cache
 def _cpuinfo() -> tuple[str, frozenset[str]]:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import sys
 import struct
 import time
 from dataclasses import dataclass
@@ -219,6 +220,10 @@ def llamacpp_unavailable() -> str | None:
 
 
 def _cuda_available() -> bool:
+    # torch's import costs 1.5-2 s and ~200 MB: on Linux without NVIDIA's driver there is no CUDA to ask about
+    if sys.platform.startswith("linux") and "torch" not in sys.modules \
+            and not any(os.path.exists(p) for p in ("/proc/driver/nvidia/version", "/dev/nvidiactl")):
+        return False
     try:
         import torch
     except ImportError:
@@ -235,10 +240,8 @@ def cpu_threads() -> int:
 
 def load_llamacpp_engine(spec: EngineSpec, choice: RuntimeChoice):
     """The in-process engine on llama.cpp: the runtime, the file's own tokenizer, no transformers."""
-    import torch  # the engine's device type; no tensor of the model lives in torch
-
     from ..drafts.heads import HeadDrafter
-    from ..engines.local import LocalEngine
+    from ..engines.local import CpuDevice, LocalEngine
     from ..loading.gguf import gguf_file
     from .gguf_tokenizer import GgufTokenizer
     from .llamacpp import LlamaCppRuntime
@@ -254,7 +257,7 @@ def load_llamacpp_engine(spec: EngineSpec, choice: RuntimeChoice):
     _kernel_classes(runtime, tokenizer.encode(_PROBE_TEXT * 8)[:320])  # past 256 cells, where kernels change
     name = "default" if spec.model is None else spec.model
     drafters = [d for d in [HeadDrafter.for_gguf(path, heads) if heads else None] if d is not None]
-    engine = LocalEngine(None, tokenizer, torch.device("cpu"), name, str(folder) if folder else None, drafters,
+    engine = LocalEngine(None, tokenizer, CpuDevice(), name, str(folder) if folder else None, drafters,
                          runtime=runtime, runtime_choice=choice.to_json())
     engine.warm_up()
     log.info("loaded %s on llama.cpp (%s, %d threads; exact trees of up to %d nodes, decodes of %d rows at least)",

@@ -28,7 +28,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..drafts.heads import DraftHeads, HeadsConfig
+from ..drafts.head_layers import DraftHeads
+from ..drafts.heads import HeadsConfig
 from ..protocol import EngineError
 from . import Progress, checkpoint
 from .corpus import build_corpus, resolve_sources

@@ -84,7 +84,7 @@ def llamacpp_base(model: str | None, threads: int, seq_len: int) -> Base:
     """The GGUF file on llama.cpp: its hidden states with embeddings on (pooling none), one window a
     decode; its token rows read from the file (gguf_rows.py)."""
     from .. import load_engine
-    from ..drafts.heads import RowEmbedding
+    from ..drafts.head_layers import RowEmbedding
     from ..loading.files import cache_root, file_hash
     from ..loading.gguf_rows import GgufRows
     from ..runtime.choice import cpu_threads

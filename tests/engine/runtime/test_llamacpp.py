@@ -123,16 +123,16 @@ def test_speculative_decoding_on_llamacpp_equals_its_plain_greedy_decoding(embed
     assert drafted > 0  # the trees were there to verify
 
 
-def test_the_engine_on_llamacpp_completes_with_fim_and_imports_no_transformers(embedded_gguf):
+def test_the_engine_on_llamacpp_completes_with_fim_and_imports_neither_torch_nor_transformers(embedded_gguf):
     import subprocess
     import sys
 
     code = ("import sys; from memosight.engine import load_engine; "
             f"e = load_engine({str(embedded_gguf)!r}, runtime='llamacpp'); "
             "c = e.complete('def add(a, b):\\n    return ', '\\n', max_new_tokens=8); "
-            "print(e.info().has_fim, 'transformers' in sys.modules, c.stop_reason != '')")
+            "print(e.info().has_fim, 'transformers' in sys.modules, 'torch' in sys.modules, c.stop_reason != '')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.split() == ["True", "False", "True"], out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "False", "False", "True"], out.stderr[-2000:]  # no torch either
 
 
 def test_the_embedded_model_once_exported_loads_on_llamacpp_without_transformers(tmp_path):
