@@ -43,9 +43,10 @@ class Settings:
     context_budget: int = 1024  # prompt tokens (prefix + suffix) given to the model
     suffix_share: float = 0.25  # share of the budget given to the text after the cursor
     # ... and at most this many tokens: every keystroke before the suffix prefills it again (its KV
-    # was computed against the old prefix), so its length is latency; 64 lost nothing measurable
-    # against 256 (docs/BENCHMARKS.md, "The suffix's length")
-    suffix_tokens: int = 64
+    # was computed against the old prefix), so its length is latency. Shorter lost quality (Qwen2.5-
+    # Coder-0.5B, held-out code, next line's loss against 256: none +2%, 128 +5%, 16-64 +7-14%;
+    # cursors mid-function none +11%): docs/BENCHMARKS.md, "The suffix's length"
+    suffix_tokens: int = 256
     languages: tuple[str, ...] = ()  # language ids to complete; empty = all
     speculative: bool = True  # speculative decoding (identical output, faster)
     token_healing: bool = True  # end the prompt at a token boundary; the model first writes the text cut off

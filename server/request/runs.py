@@ -148,7 +148,9 @@ class Runs:
         timeline.mark("context")
         if ticket.stale():  # an edit arrived while the context was built: a newer request comes
             return None
-        ahead, timeline.prefill_cause = self.moves.for_request(doc.uri, self.moves.move(doc.uri, context.prefix))
+        ahead = 0
+        if gen.source == "request":  # a prefetch's prompt (the suggestion taken) is no keystroke's
+            ahead, timeline.prefill_cause = self.moves.for_request(doc.uri, self.moves.move(doc.uri, context.prefix))
         request = CompletionRequest(context.prefix, context.suffix, doc.language, ending.max_new_tokens, ending.stop,
                                     gen.cancel, RequestOptions(cold=cold, heal=settings.token_healing),
                                     on_notice=self._notice)

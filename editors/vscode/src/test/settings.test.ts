@@ -75,6 +75,7 @@ test("contributed defaults are the server's defaults", () => {
     multiline: "auto",
     contextBudget: 1024,
     suffixShare: 0.25,
+    suffixTokens: 256,
     languages: [],
     speculative: true,
     tokenHealing: true,
