@@ -36,7 +36,7 @@ def greedy_tokens(runtime: Runtime, input_ids: list[int], max_new_tokens: int, e
     `confidences`: if given, each token's probability is appended to it before the token is yielded."""
     if max_new_tokens <= 0:
         return
-    _, logits = start if start is not None else runtime.prefill_hidden(input_ids)
+    _, logits = start if start is not None else runtime.prefill_hidden(input_ids, cancel)
     for step in range(max_new_tokens):
         if cancel is not None and cancel.is_set():
             return
@@ -211,7 +211,7 @@ class Speculator:
         `confidences`: as for greedy_tokens."""
         if max_new_tokens <= 0:
             return
-        hidden_last, logits = start if start is not None else runtime.prefill_hidden(input_ids)
+        hidden_last, logits = start if start is not None else runtime.prefill_hidden(input_ids, cancel)
         if self.drafters and (self.sizer.cost.missing() or not self.batch_rows):
             self.calibrate(runtime)  # before the clock of any step starts
         context = list(input_ids)

@@ -22,7 +22,7 @@ from ..loading.hardware import cpu_info
 from ..loading.memory import HeapTrimmer
 from ..protocol import (Completion, CompletionRequest, EngineError, EngineInfo, EngineSettings, StopRule, Stream,
                         valid_text)
-from ..runtime import greedy
+from ..runtime import Interrupted, greedy
 from ..text.fim import PLAIN, FimTemplate, Prompt, detect_template, end_token_ids, read_model_options, render
 from ..text.healing import TokenBytes, back_up, last_word_chars
 from ..text.stops import StreamState, stream_text
@@ -234,7 +234,7 @@ class LocalEngine:
         each, until it is spelled; then the usual loop, from the prompt and those tokens."""
         rest = prompt.healed.encode()
         ids = list(prompt.ids)
-        hidden, logits = self.runtime.prefill_hidden(ids)
+        hidden, logits = self.runtime.prefill_hidden(ids, cancel)
         while rest and len(ids) - len(prompt.ids) < max_new_tokens:
             if cancel is not None and cancel.is_set():
                 return
@@ -298,10 +298,13 @@ class LocalEngine:
                 return self.decode(generated)[cut:]
 
             tokens = TimedIterator(tokens)
-            for piece in stream_text(tokens, after_cursor, request.stop, self.end_ids, state):
-                if first_ms is None:
-                    first_ms = (time.perf_counter() - start) * 1000
-                yield piece
+            try:
+                for piece in stream_text(tokens, after_cursor, request.stop, self.end_ids, state):
+                    if first_ms is None:
+                        first_ms = (time.perf_counter() - start) * 1000
+                    yield piece
+            except Interrupted:  # cancelled during its prefill: the cache keeps what was computed
+                state.stop_reason = "cancelled"
             streamed = time.perf_counter()
             if confident is not None and confident.unsure:
                 state.stop_reason = "unsure"

@@ -11,8 +11,8 @@ this small interface; two runtimes implement it:
 
 A runtime holds one prompt's cache (`tokens`: the ids it holds, in order) and answers:
 
-    prefill_hidden(ids)        the cache brought to exactly `ids` (the longest cached prefix kept);
-                               the last position's (hidden, logits)
+    prefill_hidden(ids, cancel) the cache brought to exactly `ids` (the longest cached prefix kept);
+                               the last position's (hidden, logits); Interrupted if `cancel` stops it
     append(token)              one more token: its (hidden, logits)
     warm(ids, cancel, chunk)   `ids` computed ahead of a request, `chunk` tokens a pass
     verify(tree, batch_rows)   one pass over a draft tree after the cache: a Verified (each node's
@@ -33,6 +33,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..decoding.verify import DraftTree
+from ..protocol import EngineError
+
+
+class Interrupted(EngineError):
+    """A prompt's prefill stopped part way because its request was cancelled (llama.cpp's decode
+    aborts at its next node); the cache keeps what was computed before the stop."""
 
 
 def greedy(logits) -> int:
@@ -85,7 +91,7 @@ class Runtime(Protocol):
     last_lookup_ms: float
     last_prefill_ms: float
 
-    def prefill_hidden(self, input_ids: list[int]) -> tuple[Any, Any]: ...
+    def prefill_hidden(self, input_ids: list[int], cancel=None) -> tuple[Any, Any]: ...
 
     def append(self, token: int) -> tuple[Any, Any]: ...
 

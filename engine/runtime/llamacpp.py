@@ -33,8 +33,11 @@ decoded again in order (`commit`), as plain decoding would have laid it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import ctypes.util
 import logging
+import threading
 import time
 from os.path import commonprefix  # any two sequences: token ids here
 from pathlib import Path
@@ -43,13 +46,26 @@ import numpy as np
 
 from ..decoding.verify import DraftTree, first_chain
 from ..protocol import EngineError, ModelLoadError
-from . import Verified
+from . import Interrupted, Verified
 
 log = logging.getLogger(__name__)
 
 BATCH = 512  # tokens a decode takes at most (a prefill goes in chunks of this)
 MAX_BRANCHES = 16  # sequences a tree may use besides sequence 0
 PAD_SEQ = MAX_BRANCHES + 1  # the scratch sequence of a padding row
+
+
+def _byte_test():
+    """A C function that says whether the byte at its argument is not zero, for llama.cpp's abort
+    callback: libc's strlen on a two-byte buffer ([flag, 0]) returns 1 or 0, and a bool is read from
+    the return register's low byte (x86-64, AArch64). A Python callback would take the GIL at every
+    node of every decode (~600 a pass); this one costs nothing, and the flag is set from Python."""
+    for name in (None, ctypes.util.find_library("c"), "msvcrt"):
+        try:
+            return ctypes.cast(ctypes.CDLL(name).strlen, ctypes.c_void_p).value
+        except (OSError, AttributeError, TypeError):
+            continue
+    return None
 
 
 class LlamaCppUnavailable(RuntimeError):
@@ -159,6 +175,14 @@ class LlamaCppRuntime:
         self._last_row = 0  # the last decode's last real row (padding rows come after it)
         self._rendered: tuple[tuple, object] | None = None
         self.closed = False
+        # a prefill stops part way when its request is cancelled (_interruptible): llama.cpp checks the
+        # abort callback after every node of a decode; the flag is the first byte of this buffer
+        self._abort_flag = ctypes.create_string_buffer(2)
+        test = _byte_test()
+        if test is not None:
+            self._abort_callback = L.ggml_abort_callback(test)  # kept: llama.cpp holds the pointer
+            L.llama_set_abort_callback(self.ctx, self._abort_callback, ctypes.cast(self._abort_flag, ctypes.c_void_p))
+        self.interruptible = test is not None
 
     # --- the batch ------------------------------------------------------------------------------
 
@@ -174,6 +198,8 @@ class LlamaCppRuntime:
                 batch.seq_id[i][j] = seq
             batch.logits[i] = output
         code = L.llama_decode(self.ctx, batch)
+        if code == 2 and self._abort_flag.raw[0]:
+            raise Interrupted("the prefill was stopped: its request was cancelled")
         if code != 0:
             raise EngineError(f"llama_decode failed (code {code}: {'no room in the KV cache' if code == 1 else 'error'}) "
                               f"at {len(self.tokens)} cached tokens")
@@ -198,20 +224,51 @@ class LlamaCppRuntime:
         and its last token alone with them (Qwen2.5-Coder-0.5B, 209 tokens: 1.5 s against 2.1)."""
         if self.with_hidden and last_output and len(ids) > 1:
             position = self._run(ids[:-1], start, last_output=False, cancel=cancel)
-            return self._run(ids[-1:], position) if position == start + len(ids) - 1 else position
+            return self._run(ids[-1:], position, cancel=cancel) if position == start + len(ids) - 1 else position
         self._embeddings(self.with_hidden and last_output)
         position = start
-        while position < start + len(ids):
-            if cancel is not None and cancel.is_set():
-                break
-            chunk = ids[position - start:position - start + BATCH]
-            end = position + len(chunk)
-            self._decode_padded([(t, position + k, (0,), last_output and position + k == start + len(ids) - 1)
-                                 for k, t in enumerate(chunk)])
-            self.tokens = self.tokens + chunk
-            position = end
-        self._embeddings(self.with_hidden)
+        try:
+            with self._interruptible(cancel):
+                while position < start + len(ids):
+                    if cancel is not None and cancel.is_set():
+                        break
+                    chunk = ids[position - start:position - start + BATCH]
+                    end = position + len(chunk)
+                    self._decode_padded([(t, position + k, (0,), last_output and position + k == start + len(ids) - 1)
+                                         for k, t in enumerate(chunk)])
+                    self.tokens = self.tokens + chunk
+                    position = end
+        except Interrupted:  # the chunk's cells are gone (llama.cpp removes an aborted batch's): keep what is there
+            kept = self.L.llama_memory_seq_pos_max(self.memory, 0) + 1
+            self._crop(max(0, min(kept, len(self.tokens))))
+            position = len(self.tokens)
+        finally:
+            self._embeddings(self.with_hidden)
         return position
+
+    @contextlib.contextmanager
+    def _interruptible(self, cancel):
+        """While a prefill runs, a watcher sets the abort flag when `cancel` is set: llama.cpp stops
+        the decode at its next node (a 512-token chunk of Qwen2.5-Coder-0.5B is ~4 s on 2 cores)."""
+        if cancel is None or not self.interruptible:
+            yield
+            return
+        done = threading.Event()
+
+        def watch():
+            while not done.wait(0.002):
+                if cancel.is_set():
+                    self._abort_flag[0] = 1
+                    return
+
+        watcher = threading.Thread(target=watch, name="memosight-llamacpp-abort", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            done.set()
+            watcher.join()
+            self._abort_flag[0] = 0
 
     def _embeddings(self, on: bool) -> None:
         if on != self._embeddings_on:
@@ -227,9 +284,9 @@ class LlamaCppRuntime:
         self._crop(max(0, keep))
         return max(0, keep)
 
-    def prefill_hidden(self, input_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    def prefill_hidden(self, input_ids: list[int], cancel=None) -> tuple[np.ndarray, np.ndarray]:
         """Sequence 0 brought to exactly `input_ids`, the longest cached prefix kept; the last
-        position's hidden state and logits."""
+        position's hidden state and logits. Raises Interrupted when `cancel` is set part way."""
         started = time.perf_counter()
         self.prompt_tokens += len(input_ids)
         if self._ready is not None and self._ready[0] == input_ids == self.tokens:
@@ -243,7 +300,9 @@ class LlamaCppRuntime:
             raise EngineError(f"the prompt is {len(input_ids)} tokens, over this context's {self.n_ctx}")
         keep = self._reuse(input_ids)
         looked_up = time.perf_counter()
-        self._run(input_ids[keep:], keep)
+        if self._run(input_ids[keep:], keep, cancel=cancel) < len(input_ids):
+            self.last_prefill_ms = (time.perf_counter() - looked_up) * 1000
+            raise Interrupted("the prefill was stopped: its request was cancelled")
         self.reused_tokens += keep
         hidden, logits = self._hidden(self._last_row), self._logits(self._last_row)
         self.last_lookup_ms = (looked_up - started) * 1000
@@ -258,9 +317,13 @@ class LlamaCppRuntime:
             return 0
         keep = self._reuse(input_ids)
         position = keep
+        step = BATCH if self.interruptible else chunk  # a request stops an interruptible decode at once
         while position < len(input_ids) and not cancel.is_set():
-            end = min(position + chunk, len(input_ids))
-            position = self._run(input_ids[position:end], position, last_output=end == len(input_ids))
+            end = min(position + step, len(input_ids))
+            reached = self._run(input_ids[position:end], position, last_output=end == len(input_ids), cancel=cancel)
+            if reached < end:
+                return reached - keep
+            position = reached
         if position == len(input_ids) and position > keep:
             self._ready = (list(input_ids), self._hidden(self._last_row), self._logits(self._last_row))
         return position - keep
@@ -290,9 +353,11 @@ class LlamaCppRuntime:
         if pad > 0:
             token, position = items[-1][0], items[-1][1]
             items = items + [(token, position, (PAD_SEQ,), True)] * pad
-        self._decode(items)
-        if pad > 0:
-            self.L.llama_memory_seq_rm(self.memory, PAD_SEQ, -1, -1)
+        try:
+            self._decode(items)
+        finally:
+            if pad > 0:
+                self.L.llama_memory_seq_rm(self.memory, PAD_SEQ, -1, -1)
 
     def steps(self, tokens):
         return tokens

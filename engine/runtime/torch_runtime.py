@@ -59,8 +59,8 @@ class TorchRuntime:
         return self.cache.last_prefill_ms
 
     @torch.inference_mode()
-    def prefill_hidden(self, input_ids: list[int]):
-        return self.cache.prefill_hidden(self.model, input_ids)
+    def prefill_hidden(self, input_ids: list[int], cancel=None):
+        return self.cache.prefill_hidden(self.model, input_ids)  # one forward: `cancel` is checked after it
 
     @torch.inference_mode()
     def append(self, token: int):

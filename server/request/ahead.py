@@ -24,7 +24,8 @@ class Ahead:
                  ensure_engine: Callable[[Settings], Future]):
         self._engine, self._runs, self._completions = engine, runs, completions
         self._counters, self._ensure_engine = counters, ensure_engine
-        self._warm_ups: dict[str, threading.Event] = {}  # uri -> the cancel event of its pending warm-up
+        # uri -> its pending warm-up: (its cancel event, the text and cursor it warms)
+        self._warm_ups: dict[str, tuple[threading.Event, str, int]] = {}
         self.stopped = False
 
     # --- prefetch: the suggestion after the one on screen ---------------------------------------
@@ -55,20 +56,24 @@ class Ahead:
         self._runs.stop_prefetch_unless_at(doc.uri, doc.text, cursor)
         if not settings.prefill_on_edit or self.stopped:
             return
-        cancel = self._warm_ups[doc.uri] = threading.Event()
+        cancel = threading.Event()
+        self._warm_ups[doc.uri] = (cancel, doc.text, cursor)
         self._counters.warm_ups += 1
         # The engine thread runs in order: a warm-up sent while the engine loads runs right after it
         # (a file opened at start is then warm before the user's first key).
         self._engine.submit(self._runs.warm_up, self._ensure_engine(settings), Ticket.of(doc, cursor), settings, cancel)
 
     def stop_warm_up(self, uri: str) -> None:
-        cancel = self._warm_ups.pop(uri, None)
-        if cancel is not None:
-            cancel.set()
+        pending = self._warm_ups.pop(uri, None)
+        if pending is not None:
+            pending[0].set()
 
-    def stop_warm_ups(self) -> None:
-        for uri in list(self._warm_ups):
-            self.stop_warm_up(uri)
+    def stop_warm_ups(self, keep: Ticket | None = None) -> None:
+        """Every warm-up stops (a llama.cpp prefill at once, the rest between chunks), but the one of
+        `keep`'s very text and cursor: it computes that request's prompt, which would start it again."""
+        for uri, (_, text, cursor) in list(self._warm_ups.items()):
+            if keep is None or uri != keep.seen.uri or text is not keep.seen.text or cursor != keep.cursor:
+                self.stop_warm_up(uri)
 
     def forget(self, uri: str) -> None:
         self.stop_warm_up(uri)

@@ -112,9 +112,9 @@ class Suggester:
         #    rest, no model call. The one lookup of the completion cache.
         if (rest := self._typed_through(ticket, settings, timeline, started)) is not None:
             return rest
-        # 2. The engine is this request's now: warm-ups for any text stop (the request prefills the
-        #    rest of its own from where it stopped; another's must not hold the engine).
-        self.ahead.stop_warm_ups()
+        # 2. The engine is this request's now: warm-ups for other text stop (another's must not hold
+        #    the engine); its own goes on, since it computes this very prompt.
+        self.ahead.stop_warm_ups(keep=ticket)
         # 3. Join the document's run the user typed along (a request's, a prefetch's), or start one,
         #    and wait for its first answer (the engine loads first, if it must).
         gen = self._run_for(ticket, settings)

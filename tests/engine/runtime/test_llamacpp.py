@@ -237,3 +237,22 @@ def test_a_continuation_is_scored_with_plain_decodings_logits_and_leaves_only_th
     assert [int(row.argmax()) for row in got] == [int(row.argmax()) for row in expected]
     assert np.allclose(got, np.stack(expected), atol=1e-3)  # one chain decode: the class plain steps keep
     assert runtime.tokens == prompt  # the target's cells removed; the prompt's kept for the next one
+
+
+def test_a_cancelled_prefill_stops_part_way_and_keeps_only_cells_it_computed(runtime):
+    import threading
+
+    from memosight.engine.runtime import Interrupted
+
+    ids = (runtime.tokenizer.encode(TEXT * 40))[:runtime.n_ctx - 40]
+    runtime.clear()
+    _, expected = runtime.prefill_hidden(ids)
+    runtime.clear()
+    cancel = threading.Event()
+    threading.Timer(0.005, cancel.set).start()
+    with pytest.raises(Interrupted):
+        runtime.prefill_hidden(ids, cancel)
+    assert len(runtime.tokens) < len(ids) and runtime.tokens == ids[:len(runtime.tokens)]
+    assert runtime.L.llama_memory_seq_pos_max(runtime.memory, 0) + 1 == len(runtime.tokens)  # no cell past them
+    _, logits = runtime.prefill_hidden(ids)  # goes on from where it stopped
+    assert int(logits.argmax()) == int(expected.argmax()) and np.allclose(logits, expected, atol=1e-3)

@@ -38,3 +38,19 @@ def test_a_prefetch_lands_in_the_completion_cache_and_closing_the_document_drops
     suggester.forget(doc.uri)
     assert not suggester.ahead.holds(doc.uri) and not suggester.completions.has_document(doc.uri)
     suggester.close()
+
+
+def test_a_request_stops_the_warm_ups_of_other_text_but_not_the_one_computing_its_own_prompt(scripted_engine):
+    engine = scripted_engine("x")
+    suggester = Suggester(lambda settings: engine)
+    settings = Settings(prefetch=False)
+    suggester.ensure_engine(settings).result(timeout=10)
+    doc, other = (Document(f"file:///{name}.py", "def f(x):\n    return x\n", "python", 1) for name in "ab")
+    suggester.ahead.warm(doc, 10, settings)
+    suggester.ahead.warm(other, 10, settings)
+    suggester.engine.submit(lambda: None).result(timeout=10)
+    suggester.ahead.stop_warm_ups(keep=Ticket.of(doc, 10))  # a request at the warm-up's very text and cursor
+    assert [p.cancel.is_set() for p in engine.prefills] == [False, True]  # the other document's stopped
+    suggester.ahead.stop_warm_ups(keep=Ticket.of(doc, 11))  # another cursor: its warm-up is not this prompt
+    assert engine.prefills[0].cancel.is_set()
+    suggester.close()
