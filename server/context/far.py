@@ -24,21 +24,14 @@ class FarPart:
     text: str
     tokens: int
     regions: list[Region]
-    known: frozenset[str] = frozenset()  # names with a definition outside the near window, when chosen
-    considered: frozenset[str] = frozenset()  # those of them then used near the cursor, or shown in it
-
-    def misses(self, used: set[str]) -> bool:
-        """Whether a name now used near the cursor has a definition this part did not consider."""
-        return bool((used & self.known) - self.considered)
 
 
 def score_sources(doc, text: str, tree, cursor_row: int, used: set[str], other_docs: list,
                   query: frozenset[str] = frozenset(), weights: dict | None = None,
                   attended: tuple[int, list[float]] | None = None, shown: set[str] = frozenset()) -> dict:
     """Scores of the current file's units and of the other open files' (those with a use or code
-    like the code being written, whose names are `query`), and the names all these files define."""
+    like the code being written, whose names are `query`)."""
     analysis = analyze(text, tree, doc.language)
-    known = set(analysis.symbols) | set(analysis.imports) | set(analysis.binds)
     enclosing = analysis.enclosing(cursor_row)
     similar = bool(query) and (weights or WEIGHTS)["similar_code"] != 0  # skip the Jaccard pass when off
     scores = score_units(analysis, used, cursor_row, enclosing, weights,
@@ -53,7 +46,6 @@ def score_sources(doc, text: str, tree, cursor_row: int, used: set[str], other_d
         if other_tree is None:
             continue
         other_analysis = analyze(other_text, other_tree, other.language)
-        known |= other_analysis.symbols.keys()
         other_scores = score_units(other_analysis, used_elsewhere, None, (), weights,
                                    similarities(other_analysis, query) if similar else None, None, shown_elsewhere,
                                    other.recent_rows)
@@ -61,10 +53,7 @@ def score_sources(doc, text: str, tree, cursor_row: int, used: set[str], other_d
             other_sources.append(Source(other.path, other_analysis, other_scores,
                                         (0, len(other_analysis.lines)),
                                         languages.comment_prefix(other.language)))
-    # names of one or two letters (`i`, `x`) are local more often than not: typing one is no reason
-    # for a new choice
-    known = frozenset(name for name in known if len(name) > 2)
-    return {"analysis": analysis, "scores": scores, "others": other_sources, "known": known}
+    return {"analysis": analysis, "scores": scores, "others": other_sources}
 
 
 def choose(sources: list[Source], budget: int, marker_tokens: int, count: Callable[[str], int],

@@ -29,10 +29,10 @@ from .truncation import head_within, tail_within, truncate_around_cursor
 #   suffix = [near suffix: the rest of the enclosing function] [this file below it: chosen units]
 # Skipped lines become one elision marker (`# ...`). The far parts are cached per (content of the
 # far text, near window), so typing inside one function leaves them, and the prompt's head, unchanged;
-# they are chosen again when the near part outgrows the room left for it (the near prefix then starts
-# lower: after about NEAR_SLACK of its share typed), or when the user completes a name whose
-# definition they did not consider (its definition should come in). Names only shown above the
-# function are read when a far part is chosen; a newly shown one does not trigger a new choice.
+# they are chosen again only when the near part outgrows the room left for it (the near prefix then
+# starts lower: after about NEAR_SLACK of its share typed) or the cursor moves to another window. The
+# names used near the cursor are read when a far part is chosen; one typed later waits for the next
+# choice (a new choice costs the KV cache of the whole prompt after it).
 
 NEAR_PREFIX_SHARE = 0.8  # of the prefix budget: the most the near prefix may take
 # The near prefix runs on above the cursor's function as plain lines (no markers), up to its share:
@@ -41,7 +41,10 @@ NEAR_PREFIX_SHARE = 0.8  # of the prefix budget: the most the near prefix may ta
 CONTIGUOUS_NEAR = True
 NEAR_SUFFIX_SHARE = 0.85  # of the suffix budget: the rest of the function after the cursor
 GROWTH_RESERVE = 0.15  # of the budget, left free when far parts are re-chosen because typing outgrew them
-COLD_RESERVE = 0.05  # ... and when chosen for the first time for a near window
+# ... and when chosen for the first time for a near window: the user types on there, and a choice
+# that fits only what is there now is made again a few lines later (bench replay's bursts, the embedded
+# model: 0.05 re-chose the far parts 4 rows into a function, each a whole prompt to prefill again)
+COLD_RESERVE = 0.15
 NEAR_SLACK = 0.2  # a near prefix cut inside a long function starts with this share of its budget free
 QUANTUM_LINES = 8  # outside any function the near window moves by this many lines at a time
 WINDOW_LINES = 16  # outside any function the near window spans this many lines above the cursor
@@ -212,17 +215,15 @@ class ContextCompressor:
     def _pack_below(self, p: _Packing) -> None:
         """The far part below the near window, in the suffix (budget: what the near suffix left of the
         suffix share); kept with the suffix it was chosen for."""
-        if p.kept_below is not None and not p.kept_below.misses(p.used):
+        if p.kept_below is not None:
             p.below = p.kept_below
             return
-        # first time here, or a newly typed name has a definition below that was not considered
         key = ("below", p.doc.uri, content_hash(p.text[p.end_offset:]), p.near_end - p.def_start, p.budget,
                p.recent_below)
-        p.below = self._far_part(key, p.suffix_budget - p.near_suffix_tokens, p.budget, p.used,
+        p.below = self._far_part(key, p.suffix_budget - p.near_suffix_tokens, p.budget,
                                  lambda b: choose(self._sources_below(p), b, p.marker_tokens, p.count,
                                                   p.count_tokens, with_headers=False, trailing=False,
-                                                  gap_before=p.suffix_cut),
-                                 lambda: self._scored(p)["known"])
+                                                  gap_before=p.suffix_cut))
         self._suffixes.put(p.suffix_key, (p.near_suffix, p.suffix_cut, p.near_suffix_tokens, p.below))
 
     def _pack_above(self, p: _Packing) -> None:
@@ -233,11 +234,10 @@ class ContextCompressor:
         key = ("above", p.doc.uri, content_hash(p.text[:p.rows.offset(p.near_start)]), p.near_start, p.def_start,
                others_key, p.budget, recent_above)
         budget = p.budget - p.near_suffix_tokens - p.below.tokens - p.near_prefix_tokens
-        p.above = self._far_part(key, budget, p.budget, p.used,
+        p.above = self._far_part(key, budget, p.budget,
                                  lambda b: choose(self._sources_above(p), b, p.marker_tokens, p.count,
                                                   p.count_tokens, with_headers=bool(p.other_docs), trailing=True,
-                                                  gap_before=False),
-                                 lambda: self._scored(p)["known"])
+                                                  gap_before=False))
 
     def _fit_to_budget(self, p: _Packing) -> PackedContext:
         """The prompt: far parts around the near ones, cut where the counts of the pieces, made
@@ -388,20 +388,18 @@ class ContextCompressor:
         joined = self._count(seam_above + line, count_tokens) - self._count(seam_above, count_tokens)
         return self._count(above, count_tokens) + joined
 
-    def _far_part(self, key, budget: int, total_budget: int, used: set[str],
-                  choose_within: Callable[[int], FarPart], known: Callable[[], frozenset[str]]) -> FarPart:
-        """The cached far part for `key` while it still fits `budget` and no newly typed name near
-        the cursor has a definition it did not consider; else a fresh choice that leaves room for
-        the near part to grow (COLD_RESERVE the first time, GROWTH_RESERVE after)."""
+    def _far_part(self, key, budget: int, total_budget: int, choose_within: Callable[[int], FarPart]) -> FarPart:
+        """The cached far part for `key` while it still fits `budget`; else a fresh choice that leaves
+        room for the near part to grow (COLD_RESERVE the first time, GROWTH_RESERVE after). A name
+        typed near the cursor brings no new choice: every new choice costs the whole prompt after it
+        (bench replay, the embedded model on held-out bursts: 16 of 210 keystrokes re-prefilled ~700
+        tokens each, most of them for a newly typed name; on Qwen2.5-Coder-0.5B ~10 s each)."""
         cached = self._far_parts.get(key)
-        if cached is not None and cached.tokens <= budget and not cached.misses(used):
+        if cached is not None and cached.tokens <= budget:
             return cached
         if budget <= 0:
             return FarPart("", 0, [])
         reserve = int(total_budget * (GROWTH_RESERVE if cached is not None else COLD_RESERVE))
         part = choose_within(max(budget - reserve, budget // 2))
-        part.known = known()
-        # names already visible in the part need no new choice when the user types them
-        part.considered = frozenset((used & part.known) | identifiers(part.text))
         self._far_parts.put(key, part)
         return part

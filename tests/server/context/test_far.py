@@ -61,8 +61,3 @@ def test_a_small_budget_takes_the_higher_score_and_units_come_out_in_file_order(
 def test_nothing_scored_or_no_budget_gives_an_empty_part():
     assert choose([source({})], 200, 1, count, count, False, False, False).text == ""
     assert choose([source({"import os": 3.0})], 0, 1, count, count, False, False, False).tokens == 0
-
-
-def test_a_part_misses_a_name_used_now_whose_definition_it_did_not_consider():
-    part = FarPart("", 0, [], known=frozenset({"Store", "helper"}), considered=frozenset({"Store"}))
-    assert part.misses({"helper", "x"}) and not part.misses({"Store", "x"})

@@ -189,19 +189,23 @@ def test_files_with_syntax_errors_still_produce_context():
     assert "def helper_2(value, scale=2):" in packed.prefix
 
 
-def test_a_name_typed_while_inside_a_function_brings_its_definition_in():
+def test_a_name_typed_inside_a_function_keeps_the_prompt_head_and_comes_in_at_the_next_choice():
+    # A new choice of the far parts costs the KV cache of the whole prompt after them: typing in one
+    # place never brings one; the definition of a name typed there comes in when the parts are chosen
+    # again (here: the cursor's window seen afresh).
     doc = Document("file:///m.py", python_module(300) + "\n\ndef use(items):\n    total = 0\n    \n", "python")
     compressor = ContextCompressor()
     row = doc.line_count - 2
     before = compressor.build(doc, doc.offset_at(Position(row, 4)), 256, 0.25, PIECES)
     assert "LIMIT = 7919" not in before.prefix
+    head = before.prefix[:before.prefix.rindex("def use(items):")]
     typed = "limit = LIMIT + 1"
     for i, ch in enumerate(typed):
         doc.apply_change(ch, Position(row, 4 + i), Position(row, 4 + i))
         packed = compressor.build(doc, doc.offset_at(Position(row, 5 + i)), 256, 0.25, PIECES)
-        if typed[:i + 1] == "limit = LIMIT":  # still typing the name: no reason to change yet
-            assert "LIMIT = 7919" not in packed.prefix
-    assert "LIMIT = 7919  # the needle\n" in packed.prefix  # the name is complete: its definition came in
+        assert packed.prefix.startswith(head)  # byte-identical above the cursor's function
+    fresh = ContextCompressor().build(doc, doc.offset_at(Position(row, 4 + len(typed))), 256, 0.25, PIECES)
+    assert "LIMIT = 7919  # the needle\n" in fresh.prefix
 
 
 def test_the_suffix_closes_the_blocks_around_the_cursor():
