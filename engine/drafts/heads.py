@@ -145,8 +145,8 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
         begin, end = info["data_offsets"]
         if info["dtype"] not in SAFETENSORS_DTYPES:
             raise ValueError(f"{path}: tensor {name} is {info['dtype']}, which these heads do not use")
-        raw = np.frombuffer(data, SAFETENSORS_DTYPES[info["dtype"]], (end - begin) // np.dtype(
-            SAFETENSORS_DTYPES[info["dtype"]]).itemsize, 8 + length + begin).reshape(info["shape"])
+        dtype = np.dtype(SAFETENSORS_DTYPES[info["dtype"]])
+        raw = np.frombuffer(data, dtype, (end - begin) // dtype.itemsize, 8 + length + begin).reshape(info["shape"])
         if info["dtype"] == "BF16":  # the top half of a float32
             raw = (raw.astype(np.uint32) << 16).view(np.float32)
         out[name] = raw.astype(np.float32) if raw.dtype.kind == "f" else raw.copy()

@@ -59,7 +59,8 @@ class _Matrix:
         self.kind = GGMLQuantizationType(info.kind)
         self.row_length, self.count = int(info.shape[0]), int(info.shape[1])
         block, block_bytes = GGML_QUANT_SIZES[self.kind]
-        self._map = lambda: np.memmap(path, np.uint8, "r", info.start, (self.count, self.row_length // block * block_bytes))
+        shape = (self.count, self.row_length // block * block_bytes)
+        self._map = lambda: np.memmap(path, np.uint8, "r", info.start, shape)
         self.data = self._map()
 
     def rows(self, ids) -> np.ndarray:

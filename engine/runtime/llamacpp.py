@@ -51,6 +51,9 @@ from . import Interrupted, Verified
 log = logging.getLogger(__name__)
 
 BATCH = 512  # tokens a decode takes at most (a prefill goes in chunks of this)
+# ... and a prefill that may be stopped: a stopped decode's cells are dropped, so a prompt that is
+# stopped again and again (a key every 250 ms, a cold prompt of 9 s) must keep whole chunks to get on
+CANCELLABLE_CHUNK = 64
 MAX_BRANCHES = 16  # sequences a tree may use besides sequence 0
 PAD_SEQ = MAX_BRANCHES + 1  # the scratch sequence of a padding row
 
@@ -91,6 +94,7 @@ def build_flags(L) -> str:
 
 
 _LOG_CALLBACK = None  # the ctypes callback must outlive every call llama.cpp makes to it
+_stopping = False  # a runtime's abort flag is up: the errors llama.cpp logs for it are expected
 GGML_LOG_LEVELS = {3: logging.WARNING, 4: logging.ERROR}  # ggml's enum: 1 debug, 2 info, 3 warn, 4 error, 5 cont
 
 
@@ -101,8 +105,11 @@ def _log_callback(llama_cpp):
     if _LOG_CALLBACK is None:
         @llama_cpp.llama_log_callback
         def callback(level, text, user_data):
-            if level in GGML_LOG_LEVELS and log.isEnabledFor(GGML_LOG_LEVELS[level]):
-                log.log(GGML_LOG_LEVELS[level], "llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+            level = GGML_LOG_LEVELS.get(level)
+            if level is not None and _stopping:  # llama.cpp reports a decode we stopped as failed
+                level = logging.DEBUG
+            if level is not None and log.isEnabledFor(level):
+                log.log(level, "llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
 
         _LOG_CALLBACK = callback
     return _LOG_CALLBACK
@@ -229,10 +236,11 @@ class LlamaCppRuntime:
         position = start
         try:
             with self._interruptible(cancel):
+                step = BATCH if cancel is None else CANCELLABLE_CHUNK
                 while position < start + len(ids):
                     if cancel is not None and cancel.is_set():
                         break
-                    chunk = ids[position - start:position - start + BATCH]
+                    chunk = ids[position - start:position - start + step]
                     end = position + len(chunk)
                     self._decode_padded([(t, position + k, (0,), last_output and position + k == start + len(ids) - 1)
                                          for k, t in enumerate(chunk)])
@@ -250,14 +258,17 @@ class LlamaCppRuntime:
     def _interruptible(self, cancel):
         """While a prefill runs, a watcher sets the abort flag when `cancel` is set: llama.cpp stops
         the decode at its next node (a 512-token chunk of Qwen2.5-Coder-0.5B is ~4 s on 2 cores)."""
+        global _stopping
         if cancel is None or not self.interruptible:
             yield
             return
         done = threading.Event()
 
         def watch():
+            global _stopping
             while not done.wait(0.002):
                 if cancel.is_set():
+                    _stopping = True
                     self._abort_flag[0] = 1
                     return
 
@@ -269,6 +280,7 @@ class LlamaCppRuntime:
             done.set()
             watcher.join()
             self._abort_flag[0] = 0
+            _stopping = False
 
     def _embeddings(self, on: bool) -> None:
         if on != self._embeddings_on:
@@ -317,9 +329,8 @@ class LlamaCppRuntime:
             return 0
         keep = self._reuse(input_ids)
         position = keep
-        step = BATCH if self.interruptible else chunk  # a request stops an interruptible decode at once
         while position < len(input_ids) and not cancel.is_set():
-            end = min(position + step, len(input_ids))
+            end = min(position + chunk, len(input_ids))
             reached = self._run(input_ids[position:end], position, last_output=end == len(input_ids), cancel=cancel)
             if reached < end:
                 return reached - keep
