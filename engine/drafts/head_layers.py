@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .heads import CONFIG_FILE, WEIGHTS_FILE, HeadsConfig
+from .heads_files import CONFIG_FILE, WEIGHTS_FILE, HeadsConfig
 
 
 class ResBlock(nn.Module):

@@ -11,7 +11,6 @@ from collections import deque
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,15 +32,17 @@ if TYPE_CHECKING:  # torch is imported where a torch model runs: an engine on ll
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class CpuDevice:
-    """The device of an engine whose forward runs in llama.cpp: what the engine reads of a
-    torch.device ("cpu", `.type`), without importing torch."""
+class CpuDevice(str):
+    """The device of an engine whose forward runs in llama.cpp: what is read of a torch.device
+    (`.type`, "cpu" as text), without importing torch; torch itself takes it as the string "cpu"
+    (a trainer's tensors for this engine)."""
 
-    type: str = "cpu"
+    def __new__(cls) -> CpuDevice:
+        return super().__new__(cls, "cpu")
 
-    def __str__(self) -> str:
-        return self.type
+    @property
+    def type(self) -> str:
+        return "cpu"
 
 
 class TimedIterator(Iterator[int]):

@@ -269,7 +269,7 @@ def _heads_folder(path: Path, folder: Path | None) -> Path | None:
     """The draft heads of a file on this runtime (trained on llama.cpp's hidden states); for a model
     exported from a folder in float32 (the embedded one), the folder's own heads: the exported
     file's hidden states are torch's, to float32 rounding."""
-    from ..drafts.heads import gguf_heads_folder, heads_folder
+    from ..drafts.heads_files import gguf_heads_folder, heads_folder
 
     return gguf_heads_folder(path) or (heads_folder(folder) if folder is not None else None)
 

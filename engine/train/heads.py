@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from ..drafts.head_layers import DraftHeads
-from ..drafts.heads import HeadsConfig
+from ..drafts.heads_files import HeadsConfig
 from ..protocol import EngineError
 from . import Progress, checkpoint
 from .corpus import build_corpus, resolve_sources

@@ -9,7 +9,8 @@ from memosight.engine.decoding.speculate import DraftController, Speculator
 from memosight.engine.decoding.verify import Candidate
 from memosight.engine.drafts import DraftSource, DraftState, StepOutcome
 from memosight.engine.drafts.head_layers import DraftHeads
-from memosight.engine.drafts.heads import HeadDrafter, HeadsConfig
+from memosight.engine.drafts.heads import HeadDrafter
+from memosight.engine.drafts.heads_files import HeadsConfig
 from memosight.engine.drafts.ngram import NgramTable, TableDrafter
 
 from ...conftest import verify_everything

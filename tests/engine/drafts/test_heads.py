@@ -11,8 +11,8 @@ import torch
 from memosight.engine import load_engine
 from memosight.engine.drafts.base import DraftState
 from memosight.engine.drafts.head_layers import DraftHeads
-from memosight.engine.drafts.heads import (CONFIG_FILE, WEIGHTS_FILE, HeadDrafter, HeadsConfig, NumpyHeads, heads_folder,
-                                          read_safetensors)
+from memosight.engine.drafts.heads import HeadDrafter, NumpyHeads
+from memosight.engine.drafts.heads_files import CONFIG_FILE, WEIGHTS_FILE, HeadsConfig, heads_folder, read_safetensors
 
 
 def test_blocks_are_separate_modules_and_start_as_identity():
@@ -65,7 +65,7 @@ def test_heads_saved_before_the_reduced_vocabulary_still_load(tmp_path):
 
 
 def test_packaged_heads_are_found_by_the_model_folders_name(tmp_path, monkeypatch):
-    from memosight.engine.drafts import heads as module
+    from memosight.engine.drafts import heads_files as module
 
     packaged = tmp_path / "packaged"
     DraftHeads(HeadsConfig(hidden_size=8)).save(packaged / "SomeModel.Q4_1-0123abcd")

