@@ -10,7 +10,6 @@ import time
 from collections import deque
 from collections.abc import Generator, Iterator
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import numpy as np

@@ -33,11 +33,8 @@ decoded again in order (`commit`), as plain decoding would have laid it.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import ctypes.util
 import logging
-import threading
 import time
 from os.path import commonprefix  # any two sequences: token ids here
 from pathlib import Path
@@ -46,7 +43,8 @@ import numpy as np
 
 from ..decoding.verify import DraftTree, first_chain
 from ..protocol import EngineError, ModelLoadError
-from . import Interrupted, Verified
+from . import Interrupted, Verified, llamacpp_stop
+from .llamacpp_stop import DecodeStop
 
 log = logging.getLogger(__name__)
 
@@ -56,19 +54,6 @@ BATCH = 512  # tokens a decode takes at most (a prefill goes in chunks of this)
 CANCELLABLE_CHUNK = 64
 MAX_BRANCHES = 16  # sequences a tree may use besides sequence 0
 PAD_SEQ = MAX_BRANCHES + 1  # the scratch sequence of a padding row
-
-
-def _byte_test():
-    """A C function that says whether the byte at its argument is not zero, for llama.cpp's abort
-    callback: libc's strlen on a two-byte buffer ([flag, 0]) returns 1 or 0, and a bool is read from
-    the return register's low byte (x86-64, AArch64). A Python callback would take the GIL at every
-    node of every decode (~600 a pass); this one costs nothing, and the flag is set from Python."""
-    for name in (None, ctypes.util.find_library("c"), "msvcrt"):
-        try:
-            return ctypes.cast(ctypes.CDLL(name).strlen, ctypes.c_void_p).value
-        except (OSError, AttributeError, TypeError):
-            continue
-    return None
 
 
 class LlamaCppUnavailable(RuntimeError):
@@ -94,7 +79,6 @@ def build_flags(L) -> str:
 
 
 _LOG_CALLBACK = None  # the ctypes callback must outlive every call llama.cpp makes to it
-_stopping = False  # a runtime's abort flag is up: the errors llama.cpp logs for it are expected
 GGML_LOG_LEVELS = {3: logging.WARNING, 4: logging.ERROR}  # ggml's enum: 1 debug, 2 info, 3 warn, 4 error, 5 cont
 
 
@@ -106,7 +90,7 @@ def _log_callback(llama_cpp):
         @llama_cpp.llama_log_callback
         def callback(level, text, user_data):
             level = GGML_LOG_LEVELS.get(level)
-            if level is not None and _stopping:  # llama.cpp reports a decode we stopped as failed
+            if level is not None and llamacpp_stop.stopping:  # llama.cpp reports a decode we stopped as failed
                 level = logging.DEBUG
             if level is not None and log.isEnabledFor(level):
                 log.log(level, "llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
@@ -182,14 +166,7 @@ class LlamaCppRuntime:
         self._last_row = 0  # the last decode's last real row (padding rows come after it)
         self._rendered: tuple[tuple, object] | None = None
         self.closed = False
-        # a prefill stops part way when its request is cancelled (_interruptible): llama.cpp checks the
-        # abort callback after every node of a decode; the flag is the first byte of this buffer
-        self._abort_flag = ctypes.create_string_buffer(2)
-        test = _byte_test()
-        if test is not None:
-            self._abort_callback = L.ggml_abort_callback(test)  # kept: llama.cpp holds the pointer
-            L.llama_set_abort_callback(self.ctx, self._abort_callback, ctypes.cast(self._abort_flag, ctypes.c_void_p))
-        self.interruptible = test is not None
+        self.stop = DecodeStop(L, self.ctx)  # a prefill stops part way when its request is cancelled
 
     # --- the batch ------------------------------------------------------------------------------
 
@@ -205,7 +182,7 @@ class LlamaCppRuntime:
                 batch.seq_id[i][j] = seq
             batch.logits[i] = output
         code = L.llama_decode(self.ctx, batch)
-        if code == 2 and self._abort_flag.raw[0]:
+        if code == 2 and self.stop.raised:
             raise Interrupted("the prefill was stopped: its request was cancelled")
         if code != 0:
             raise EngineError(f"llama_decode failed (code {code}: {'no room in the KV cache' if code == 1 else 'error'}) "
@@ -235,7 +212,7 @@ class LlamaCppRuntime:
         self._embeddings(self.with_hidden and last_output)
         position = start
         try:
-            with self._interruptible(cancel):
+            with self.stop.watching(cancel):
                 step = BATCH if cancel is None else CANCELLABLE_CHUNK
                 while position < start + len(ids):
                     if cancel is not None and cancel.is_set():
@@ -253,34 +230,6 @@ class LlamaCppRuntime:
         finally:
             self._embeddings(self.with_hidden)
         return position
-
-    @contextlib.contextmanager
-    def _interruptible(self, cancel):
-        """While a prefill runs, a watcher sets the abort flag when `cancel` is set: llama.cpp stops
-        the decode at its next node (a 512-token chunk of Qwen2.5-Coder-0.5B is ~4 s on 2 cores)."""
-        global _stopping
-        if cancel is None or not self.interruptible:
-            yield
-            return
-        done = threading.Event()
-
-        def watch():
-            global _stopping
-            while not done.wait(0.002):
-                if cancel.is_set():
-                    _stopping = True
-                    self._abort_flag[0] = 1
-                    return
-
-        watcher = threading.Thread(target=watch, name="memosight-llamacpp-abort", daemon=True)
-        watcher.start()
-        try:
-            yield
-        finally:
-            done.set()
-            watcher.join()
-            self._abort_flag[0] = 0
-            _stopping = False
 
     def _embeddings(self, on: bool) -> None:
         if on != self._embeddings_on:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from memosight.engine.protocol import CompletionRequest, RequestOptions, StopRule
 
-from ..context.packing import CONTIGUOUS_NEAR, NEAR_PREFIX_SHARE, ContextCompressor
+from ..context.packing import CONTIGUOUS_NEAR, NEAR_PREFIX_SHARE, ContextCompressor, bounded_share
 from ..context.regions import WEIGHTS, analyze, identifiers, without
 from ..context.truncation import truncate_around_cursor
 from ..context.window import chunk_of, window, window_with_chunks
@@ -203,7 +203,7 @@ def _variants(args, engine, budget: int) -> tuple[dict[str, ContextCompressor], 
             elif key == "suffix_share":  # of the budget, after the cursor (--suffix-share for all)
                 shares[name] = float(value)
             elif key == "suffix_tokens":  # at most this many tokens after the cursor, as the server bounds it
-                shares[name] = min(shares.get(name, args.suffix_share), (int(value) + 0.5) / budget)
+                shares[name] = bounded_share(shares.get(name, args.suffix_share), int(value), budget)
             elif key == "contiguous":  # the near prefix runs on above the cursor's function
                 contiguous = value.strip().lower() not in ("0", "false", "no", "off", "")
             elif key == "attention":  # the model's own attention as a region score: attention=WINDOW_TOKENS
@@ -223,7 +223,8 @@ def _variants(args, engine, budget: int) -> tuple[dict[str, ContextCompressor], 
     return compressors, shares
 
 
-def recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> dict:
+def code_positions(files, rng) -> list[tuple[Document, int]]:
+    """(document, row) of every code line far enough down its file to have far context, shuffled."""
     positions = []
     for doc in files:
         lines = doc.text.split("\n")
@@ -232,7 +233,18 @@ def recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> dic
             if len(lines[row].strip()) >= 4 and _is_code(tree, row, lines[row]):
                 positions.append((doc, row))
     rng.shuffle(positions)
-    positions = positions[:args.max_positions]
+    return positions
+
+
+def line_being_written(doc: Document, row: int) -> tuple[str, Document, int]:
+    """The true line at `row`, the document without it (the user is writing it) and the cursor there."""
+    lines = doc.text.split("\n")
+    text = "\n".join(lines[:row] + [""] + lines[row + 1:])
+    return lines[row], Document(doc.uri, text, doc.language), sum(len(line) + 1 for line in lines[:row])
+
+
+def recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> dict:
+    positions = code_positions(files, rng)[:args.max_positions]
     compressors, shares = _variants(args, engine, budget)
     # The project stands for the workspace: its unopened files may give definitions, as in the server.
     workspaces: dict[Path, WorkspaceIndex] = {}
@@ -250,10 +262,8 @@ def recall_and_match(files, args, count_tokens, engine, rng, budget: int) -> dic
     em_done = 0
     for doc, row in positions:
         lines = doc.text.split("\n")
-        true_line = lines[row]
-        text = "\n".join(lines[:row] + [""] + lines[row + 1:])  # the line is being written
-        cursor = sum(len(line) + 1 for line in lines[:row])
-        current = Document(doc.uri, text, doc.language)
+        true_line, current, cursor = line_being_written(doc, row)
+        text = current.text
         others = _open_files(doc, files, args.open_files)
         # Where the user was in each open file (one row drawn per file): llama.vim's ring holds the
         # chunk around it, the packer gets it as the file's last edit (recent_code).

@@ -65,7 +65,7 @@ def prefill_per_keystroke(client_ms: dict, recent: list[dict]) -> dict | None:
         cause = by_cause.setdefault(entry["prefill_cause"], {"requests": 0, "tokens": 0})
         cause["requests"] += 1
         cause["tokens"] += count
-    return {"requests": len(rows), **{k: v for k, v in spread(tokens, 1).items()},
+    return {"requests": len(rows), **spread(tokens, 1),
             "ahead_share": round(sum(e["prefilled_ahead"] for e in rows) / sum(tokens), 4) if sum(tokens) else 0.0,
             "by_cause": by_cause}
 

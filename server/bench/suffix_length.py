@@ -16,9 +16,9 @@ import math
 import random
 
 from ..context.near import function_rows
-from ..context.packing import ContextCompressor
+from ..context.packing import ContextCompressor, bounded_share
 from ..documents import Document
-from .context_measures import FAR_LINES, Tally, _is_code, paired_loss_difference
+from .context_measures import Tally, code_positions, line_being_written, paired_loss_difference
 
 
 def where(doc: Document, cursor: int, row: int) -> str:
@@ -34,27 +34,16 @@ def where(doc: Document, cursor: int, row: int) -> str:
 def suffix_lengths(files: list[Document], args, count_tokens, engine, rng: random.Random,
                    lengths: list[int]) -> dict:
     lengths = sorted(set(lengths))
-    positions = []
-    for doc in files:
-        lines = doc.text.split("\n")
-        for row in range(FAR_LINES + 10, len(lines)):
-            if len(lines[row].strip()) >= 4 and _is_code(doc.tree, row, lines[row]):
-                positions.append((doc, row))
-    rng.shuffle(positions)
     compressor = ContextCompressor()
     tallies: dict[str, dict[int, Tally]] = {}
     suffix_tokens: dict[int, list[int]] = {n: [] for n in lengths}
     chars = {}
-    for doc, row in positions[:args.em_positions]:
-        lines = doc.text.split("\n")
-        true_line = lines[row]
-        text = "\n".join(lines[:row] + [""] + lines[row + 1:])  # the line is being written
-        cursor = sum(len(line) + 1 for line in lines[:row])
-        current = Document(doc.uri, text, doc.language)
+    for doc, row in code_positions(files, rng)[:args.em_positions]:
+        true_line, current, cursor = line_being_written(doc, row)
         group = where(current, cursor, row)
         prefix = compressor.build(current, cursor, args.budget, args.suffix_share, count_tokens).prefix
         for n in lengths:  # shortest first: the prompt's head stays in the KV cache from one to the next
-            share = min(args.suffix_share, (n + 0.5) / args.budget)
+            share = bounded_share(args.suffix_share, n, args.budget)
             suffix = compressor.build(current, cursor, args.budget, share, count_tokens).suffix
             nats, tokens = engine.continuation_loss(prefix, suffix, true_line)
             suffix_tokens[n].append(count_tokens(suffix) if suffix else 0)

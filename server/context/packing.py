@@ -52,6 +52,12 @@ MAX_OTHER_DOCUMENTS = 12
 _WORD_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 
 
+def bounded_share(share: float, tokens: int, budget: int) -> float:
+    """`share` of `budget` after the cursor, but at most `tokens` (the suffix_tokens setting): the
+    share that build() turns back into that whole number of tokens."""
+    return min(share, (tokens + 0.5) / budget)
+
+
 @dataclass
 class _Packing:
     """What one build has so far: its inputs, then what each step adds, in the order they run."""

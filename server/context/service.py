@@ -13,7 +13,7 @@ from memosight.engine.protocol import Engine
 from ..config import Settings
 from ..documents import Document
 from .packed import PackedContext
-from .packing import ContextCompressor
+from .packing import ContextCompressor, bounded_share
 from .truncation import truncate_around_cursor
 from .workspace import WorkspaceIndex
 
@@ -72,9 +72,7 @@ class ContextService:
             self._fim_of = (weakref.ref(engine), engine.info().has_fim)
         if not self._fim_of[1]:
             return 0.0
-        # a share the packer turns back into the same whole number of tokens (int(budget * share))
-        bound = (settings.suffix_tokens + 0.5) / settings.context_budget
-        return min(settings.suffix_share, bound)
+        return bounded_share(settings.suffix_share, settings.suffix_tokens, settings.context_budget)
 
     def workspace_documents(self, doc: Document, cursor: int, open_docs: list[Document]) -> list[Document]:
         """Unopened workspace files that define names used near the cursor (see workspace.py)."""
