@@ -56,7 +56,9 @@ COMBOS = {"spec_draft_ngram": (DraftModel.name, "ngram")}
 # llama-server's own speculation (--spec-type), as a user would start it
 SERVER_SPEC = {"llama_server_ngram_mod": "ngram-mod", "llama_server_ngram_simple": "ngram-simple"}
 LLAMA_METHODS = ("llama_greedy", "llama_prompt_lookup", "llama_server", *SERVER_SPEC)
-METHODS = ("hf_greedy", "hf_prompt_lookup", "hf_assisted", *LLAMA_METHODS, "plain",
+# hf_static: transformers' own fast path on a GPU (a static cache, its decoding step compiled by
+# torch.compile as generate does by itself for a static cache), beside hf_greedy. CUDA only.
+METHODS = ("hf_greedy", "hf_static", "hf_prompt_lookup", "hf_assisted", *LLAMA_METHODS, "plain",
            *(f"spec_{source.name}" for source in SOURCES), f"spec_{DraftModel.name}", *COMBOS, "spec_all")
 
 
@@ -89,6 +91,7 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
                                            or set(_names(m)) <= available)
                     and (m != "hf_assisted" or draft is not None)
                     and (not m.startswith("hf_") or not on_llamacpp)
+                    and (m != "hf_static" or engine.device.type == "cuda")
                     and (m not in LLAMA_METHODS or (gguf is not None and engine.device.type == "cpu"))
                     and (m not in servers or bin_dir is not None))
     # Every llama.cpp baseline is closed however the run ends (an error, Ctrl-C, SIGTERM as SystemExit):
@@ -132,7 +135,7 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
             if on_llamacpp:  # its generate() prefills from a fresh cache itself (timed, and taken off below)
                 return {}
             engine.prompt_cache.clear()
-            engine.prompt_cache.prefill_hidden(model, ids[:-1])
+            engine.runtime.prefill_hidden(ids[:-1])
             for source in speculators[method].drafters if method in speculators else []:
                 if isinstance(source, DraftModel):  # the draft's cache too, as a keystroke finds it
                     source.warm(ids[:-1])
@@ -146,7 +149,11 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
         def sources(method: str) -> list:
             return [d.fresh() for d in engine.speculator.drafters if "*" in _names(method) or d.name in _names(method)]
 
-        speculators = {m: Speculator(sources(m)) for m in methods if m.startswith("spec_")}
+        speculators = {m: Speculator(sources(m), max_rows=getattr(engine.runtime, "exact_rows", None))
+                       for m in methods if m.startswith("spec_")}
+        if "hf_static" in methods and cases:  # torch.compile's first calls compile (a minute): not timed
+            for _ in range(2):
+                hf(cases[0][0], 8, cache_implementation="static")
         reference: list[list[int]] = []
         for i, (ids, n) in enumerate(cases):
             # Our own greedy loop: what "lossless" means where transformers' greedy is not one answer
@@ -163,6 +170,8 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
                 decoding = time.perf_counter()
                 if method == "hf_greedy":
                     out = hf(ids, n, **cached)
+                elif method == "hf_static":  # from the bare prompt (its own cache), the prefill taken off below
+                    out = hf(ids, n, cache_implementation="static")
                 elif method == "hf_prompt_lookup":
                     # Its candidate generator goes wrong on a prefilled cache (the output stops matching
                     # greedy), so it runs from the bare prompt, and its own prefill is taken off below.
@@ -179,7 +188,7 @@ def run_speculative(engine: LocalEngine, corpus: str | Path, *, prompts: int = 2
                 sync()
                 prefill_seconds = decoding - start
                 decode_seconds = time.perf_counter() - decoding
-                if method in ("hf_prompt_lookup", "hf_assisted"):  # the same prefill happened inside generate
+                if method in ("hf_static", "hf_prompt_lookup", "hf_assisted"):  # the same prefill happened inside generate
                     decode_seconds = max(decode_seconds - prefill_seconds, 1e-9)
                 elif on_llamacpp and method not in llama:  # the prefill generate() did, as the runtime timed it
                     prefill_seconds = (engine.runtime.last_lookup_ms + engine.runtime.last_prefill_ms) / 1000

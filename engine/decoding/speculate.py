@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from ..drafts.base import DraftSource, DraftState, DraftStats, StepOutcome
 from ..runtime import Runtime, confidence, greedy
 from .sizing import TreeSizer
-from .verify import Candidate, DraftTree, accept_longest_path, build_tree, first_chain, subtree
+from .verify import Candidate, DraftTree, build_tree, first_chain, subtree
 
 __all__ = ["DraftController", "SpecStats", "Speculator", "confidence", "greedy_tokens"]
 
@@ -252,7 +252,7 @@ class Speculator:
                 tree = subtree(tree, first_chain(tree))
             verifying = time.perf_counter()
             verified = runtime.verify(tree, self.batch_rows)
-            path = accept_longest_path(tree, verified.greedy_next)
+            path = verified.accepted_path()
             accepted = [tree.tokens[i] for i in path]
             if len(drafts) > 1:
                 known = accepted[1:] + [verified.greedy_next(path[-1])]

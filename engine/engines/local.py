@@ -81,10 +81,15 @@ class ConfidentTokens(Iterator[int]):
 
 
 def _torch_runtime(model):
-    """transformers is imported here, not by the module: a llama.cpp engine never loads it."""
+    """transformers is imported here, not by the module: a llama.cpp engine never loads it. On a
+    GPU, the static cache and its CUDA graphs (static_cache.py) where the model runs there."""
     from ..decoding import kv
+    from ..runtime import static_cache
     from ..runtime.torch_runtime import TorchRuntime
 
+    mode = static_cache.mode_for(model)
+    if mode is not None:
+        return static_cache.StaticRuntime(model, graphs=mode)
     return TorchRuntime(model, kv.PromptCache(kv.PrefixTree()))
 
 

@@ -197,6 +197,14 @@ def load_on_torch(spec: EngineSpec) -> LocalEngine:
     """The in-process engine on torch (transformers) for what `spec` names (its backend aside)."""
     model, device, dtype, draft_model = spec.model, spec.device, spec.dtype, spec.draft_model
     torch_device = pick_device(device)
+    gpu_choice = None
+    if dtype == "int8" and torch_device.type == "cuda":
+        # int8 here is quantized matmuls for a CPU (int8.py): on a GPU they dequantize every weight on
+        # every call (3-4x slower than float32 on an H200) and the static cache's graphs do not run them
+        dtype = "auto"
+        gpu_choice = {"asked": "int8", "dtype": str(pick_dtype(dtype, torch_device)).removeprefix("torch."),
+                      "why": "int8 has no GPU kernel here: on a GPU bfloat16 is faster"}
+        log.warning("dtype int8 asked for on %s: %s, loading %s", torch_device, gpu_choice["why"], gpu_choice["dtype"])
     torch_dtype = pick_dtype(dtype, torch_device)
     source, local = _resolve(model)
     hf_model, tokenizer = _load_pretrained(source, local, torch_dtype)
@@ -218,7 +226,7 @@ def load_on_torch(spec: EngineSpec) -> LocalEngine:
     log.info("loaded %s on %s (%s%s)%s", name, torch_device, torch_dtype, ", int8 weights" if dtype == "int8" else "",
              f", drafted by {draft_model}" if draft_model else "")
     engine = LocalEngine(hf_model, tokenizer, torch_device, name, source if local else None, drafters,
-                         dtype_choice=choice.to_json() if choice else None)
+                         dtype_choice=choice.to_json() if choice else gpu_choice)
     engine.warm_up()
     if torch_device.type == "cpu" and not os.environ.get("MEMOSIGHT_THREADS"):
         engine.prompt_cache.prefill_threads = PrefillThreads((torch.get_num_threads(), os.cpu_count() or 1))

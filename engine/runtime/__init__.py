@@ -28,11 +28,12 @@ Logits and hidden states are arrays of the runtime's own kind (torch tensors, nu
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..decoding.verify import DraftTree
+from ..decoding.verify import DraftTree, accept_longest_path
 from ..protocol import EngineError
 
 
@@ -70,6 +71,10 @@ class Verified:
     logits_of: Callable[[int], Any]  # node -> its logits (cached here)
     past: int  # cached positions before the tree
     branches: dict[int, int] = field(default_factory=dict)  # llama.cpp: leaf -> the sequence of its branch
+    # the static-cache runtime: every node's greedy token and the accepted path's deepest node, found
+    # on the device and copied to the host at once (static_cache.py)
+    greedy_ids: list[int] | None = None
+    deepest: int | None = None
     _logits: dict[int, Any] = field(default_factory=dict)
 
     def logits(self, node: int):
@@ -80,7 +85,18 @@ class Verified:
     def greedy_next(self, node: int) -> int:
         """The base model's greedy choice after `node` (models with a final logit scale or soft-cap
         apply a monotonic function, which leaves the argmax unchanged)."""
+        if self.greedy_ids is not None:
+            return self.greedy_ids[node]
         return greedy(self.logits(node))
+
+    def accepted_path(self) -> list[int]:
+        """The nodes of the longest path greedy decoding agrees with, the root first."""
+        if self.deepest is None:
+            return accept_longest_path(self.tree, self.greedy_next)
+        path = [self.deepest]
+        while self.tree.parents[path[-1]] >= 0:
+            path.append(self.tree.parents[path[-1]])
+        return path[::-1]
 
 
 class Runtime(Protocol):
@@ -108,3 +124,39 @@ class Runtime(Protocol):
     def steps(self, tokens: Iterator[int]) -> Iterator[int]:
         """A decoding loop's iterator, each step run the way this runtime needs (torch: inference
         mode, entered around each step: a generator's caller must not run in it)."""
+
+
+class OnePromptCache:
+    """What the engine asks a prompt cache, for a runtime that keeps one prompt's cells (llama.cpp's
+    sequence 0, the static cache): the last rendered prompt, and nothing more to store or size."""
+
+    _rendered: tuple[tuple, Any] | None = None
+    _ready: tuple[list[int], Any, Any] | None = None  # a warm-up's whole prompt, its (hidden, logits)
+
+    def _warmed(self, input_ids: list[int], started: float):
+        """The (hidden, logits) a warm-up left for exactly this prompt, taken; None where there are none."""
+        ready, self._ready = self._ready, None
+        if ready is None or not (ready[0] == input_ids == self.tokens):
+            return None
+        self.reused_tokens += len(input_ids)
+        self.last_lookup_ms, self.last_prefill_ms = (time.perf_counter() - started) * 1000, 0.0
+        return ready[1], ready[2]
+
+    def rendered(self, key: tuple):
+        return self._rendered[1] if self._rendered is not None and self._rendered[0] == key else None
+
+    def remember_rendered(self, key: tuple, prompt) -> None:
+        self._rendered = (key, prompt)
+
+    def remember(self) -> None:
+        """One prompt is kept: nothing more to store."""
+
+    def set_max_bytes(self, max_bytes: int) -> None:
+        """The cache is sized once, at load, for the context."""
+
+    def forget_all(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        raise NotImplementedError
+

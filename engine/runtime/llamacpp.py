@@ -43,7 +43,7 @@ import numpy as np
 
 from ..decoding.verify import DraftTree, first_chain
 from ..protocol import EngineError, ModelLoadError
-from . import Interrupted, Verified, llamacpp_stop
+from . import Interrupted, OnePromptCache, Verified, llamacpp_stop
 from .llamacpp_stop import DecodeStop
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ def _log_callback(llama_cpp):
 _backend_ready = False
 
 
-class LlamaCppRuntime:
+class LlamaCppRuntime(OnePromptCache):
     name = "llamacpp"
 
     def __init__(self, path: Path, threads: int, n_ctx: int = 4096, hidden: bool = False):
@@ -164,7 +164,6 @@ class LlamaCppRuntime:
         self.known_pass_ms: dict[int, float] = {}  # llamacpp_kernels.measure_pass_costs(): ms by rows, kept per machine
         self._ready: tuple[list[int], np.ndarray, np.ndarray] | None = None  # a warm-up's whole prompt
         self._last_row = 0  # the last decode's last real row (padding rows come after it)
-        self._rendered: tuple[tuple, object] | None = None
         self.closed = False
         self.stop = DecodeStop(L, self.ctx)  # a prefill stops part way when its request is cancelled
 
@@ -250,13 +249,8 @@ class LlamaCppRuntime:
         position's hidden state and logits. Raises Interrupted when `cancel` is set part way."""
         started = time.perf_counter()
         self.prompt_tokens += len(input_ids)
-        if self._ready is not None and self._ready[0] == input_ids == self.tokens:
-            _, hidden, logits = self._ready
-            self._ready = None
-            self.reused_tokens += len(input_ids)
-            self.last_lookup_ms, self.last_prefill_ms = (time.perf_counter() - started) * 1000, 0.0
-            return hidden, logits
-        self._ready = None
+        if (warmed := self._warmed(input_ids, started)) is not None:
+            return warmed
         if len(input_ids) > self.n_ctx - 2 * MAX_BRANCHES:
             raise EngineError(f"the prompt is {len(input_ids)} tokens, over this context's {self.n_ctx}")
         keep = self._reuse(input_ids)
@@ -421,25 +415,10 @@ class LlamaCppRuntime:
 
     # --- what the engine asks a prompt cache -----------------------------------------------------
 
-    def rendered(self, key: tuple):
-        return self._rendered[1] if self._rendered is not None and self._rendered[0] == key else None
-
-    def remember_rendered(self, key: tuple, prompt) -> None:
-        self._rendered = (key, prompt)
-
-    def remember(self) -> None:
-        """One prompt is kept (sequence 0): nothing more to store."""
-
-    def set_max_bytes(self, max_bytes: int) -> None:
-        """The KV cache is the context's, sized at load (n_ctx)."""
-
     def clear(self) -> None:
         self._ready = None
         if not self.closed:
             self._crop(0)
-
-    def forget_all(self) -> None:
-        self.clear()
 
     def parameters(self) -> int:
         return int(self.L.llama_model_n_params(self.model))

@@ -22,6 +22,8 @@ from .common import CommandError, add_json_argument, print_result, step_progress
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, help="folder of source files (held-out code)")
     parser.add_argument("--model", help="model folder or hub id (default: the embedded model)")
+    parser.add_argument("--shape", help="instead of --model's weights: a known model's shape with random weights, for "
+                        "speed only (qwen2.5-coder-0.5b, qwen2.5-coder-1.5b; the tokenizer is --model's)")
     parser.add_argument("--draft-model", help="a draft model with the same tokenizer: adds spec_draft_model and "
                         "hf_assisted (transformers' assisted generation with the same draft)")
     parser.add_argument("--device", default=None, help="auto, cpu, cuda")
@@ -63,6 +65,14 @@ def run(args: argparse.Namespace) -> int:
         try:
             native_bin_dir(build=True)
         except RuntimeError as exc:
+            raise CommandError(str(exc)) from exc
+    if args.shape:
+        from memosight.engine.bench.random_shape import random_model
+        from memosight.engine.loading.files import cache_root
+
+        try:
+            args.model = str(random_model(args.shape, args.model, cache_root() / "random-shapes" / args.shape))
+        except ValueError as exc:
             raise CommandError(str(exc)) from exc
     try:
         engine = load_engine(args.model, device=args.device, dtype=args.dtype, draft_model=args.draft_model,
