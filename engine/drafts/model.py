@@ -36,7 +36,7 @@ class DraftModel(DraftSource):
         self.threshold = self.start_threshold = threshold
         self.branch_below = branch_below  # a guess less sure than this also offers the runner-up
         self.min_threshold, self.max_threshold = min_threshold, max_threshold
-        self.cache = kv.PromptCache()
+        self.runtime = _draft_runtime(model)
         self.proposed = 0
         self.accepted = 0
 
@@ -49,7 +49,7 @@ class DraftModel(DraftSource):
             return self._propose(state)
         except Exception:  # noqa: BLE001 - a failed draft (out of memory midway) costs its guesses only
             log.exception("the draft model failed; its cache starts afresh")
-            self.cache = kv.PromptCache()  # some layers may have grown and others not
+            self.runtime = _draft_runtime(self.model, self.runtime)  # some layers may have grown and others not
             return []
 
     @torch.inference_mode()
@@ -57,7 +57,7 @@ class DraftModel(DraftSource):
         limit = min(self.max_len, state.max_len)
         if limit <= 0:
             return []
-        _, logits = self.cache.prefill_hidden(self.model, state.context)
+        _, logits = self.runtime.prefill_hidden(state.context)
         chain: list[int] = []
         branches: list[Candidate] = []
         score = 1.0
@@ -72,15 +72,15 @@ class DraftModel(DraftSource):
             chain.append(token)
             score *= p
             if depth + 1 < limit:
-                _, logits = self.cache.append(self.model, token)
+                _, logits = self.runtime.append(token)
         out = [Candidate(chain, self.name, score=score)] if chain else []
         return out + branches
 
     @torch.inference_mode()
     def warm(self, tokens: list[int]) -> None:
         """Start from `tokens` already in the cache (what a keystroke finds after the last one)."""
-        self.cache.clear()
-        self.cache.prefill_hidden(self.model, tokens)
+        self.runtime.cache.clear()
+        self.runtime.prefill_hidden(tokens)
 
     def observe(self, outcome: StepOutcome) -> None:
         """Move θ by what happened to this step's chain: kept whole, drafting was too timid; cut
@@ -100,10 +100,30 @@ class DraftModel(DraftSource):
             self.threshold = min(self.max_threshold, self.threshold * 1.1)
 
     def reset(self) -> None:
-        self.cache = kv.PromptCache()
+        self.runtime = _draft_runtime(self.model, self.runtime)
         self.threshold = self.start_threshold
         self.proposed = self.accepted = 0
 
     def stats(self) -> dict:
         return {"draft_model": {"threshold": round(self.threshold, 3), "proposed": self.proposed,
                                 "accepted": self.accepted}}
+
+
+def _draft_runtime(model, old=None):
+    """Where the draft's forward runs, with a cache of its own: on a GPU the static cache and its CUDA
+    graphs, as the target's (through the dynamic path a draft token cost about what a target step
+    did, so on an H200 the controller let it draft 2 nodes in a whole run); else the dynamic cache.
+    `old`: the runtime to start afresh from (a static one is emptied and kept, its graphs with it)."""
+    from ..runtime import static_cache
+    from ..runtime.torch_runtime import TorchRuntime
+
+    if isinstance(old, static_cache.StaticRuntime):
+        old.clear()
+        return old
+    mode = static_cache.mode_for(model)
+    if mode is None:
+        return TorchRuntime(model, kv.PromptCache())
+    runtime = static_cache.StaticRuntime(model, graphs=mode)
+    runtime.warm_up(0)
+    return runtime
+

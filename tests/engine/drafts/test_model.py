@@ -74,7 +74,7 @@ def test_a_draft_that_fails_costs_its_guesses_only(tiny_model_dir, tmp_path):
 
     def out_of_memory(*args):
         raise RuntimeError("CUDA out of memory")
-    draft.cache.prefill_hidden = out_of_memory  # fails midway through its forward pass
+    draft.runtime.prefill_hidden = out_of_memory  # fails midway through its forward pass
     ids = engine.tokenizer.encode(PROMPTS[0])
     assert engine.generate(ids, 12, speculative=True) == engine.generate(ids, 12, speculative=False)
-    assert draft.cache.prefill_hidden is not out_of_memory  # a fresh cache for the next step
+    assert draft.runtime.prefill_hidden is not out_of_memory  # a fresh cache for the next step
