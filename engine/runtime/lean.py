@@ -33,6 +33,8 @@ PACK_FLOAT32 = os.environ.get("MEMOSIGHT_PACK", "1") != "0" and torch.backends.m
 # The packed copies' share of the model's weights: memory stays within 1.1x the weights (plus the
 # KV cache). A whole second copy took Qwen2.5-Coder-0.5B from 3.3 to 5.3 GB resident.
 PACKED_SHARE = 0.1
+# kv head groups folded into the query on a CPU too: for the test of the GPU's attention (see __call__)
+FOLD_GROUPS_ON_CPU = False
 
 
 def decoder_for(model) -> "LeanDecoder | None":
@@ -231,6 +233,13 @@ class LeanDecoder:
         mask = attention_mask
         if self.attention_dtype is not None and mask is not None:  # once, not per layer
             mask = mask.to(self.attention_dtype)
+        # On CUDA with a mask, grouped kv heads would send attention to the math kernel (the
+        # memory-efficient one takes no groups; flash, no mask), which copies every cached cell to
+        # every query head: each kv head's query heads go in as one longer query instead.
+        groups = self.layers[0].groups
+        fold = mask is not None and (mask.is_cuda or FOLD_GROUPS_ON_CPU) and groups > 1
+        if fold:
+            mask = mask.expand(1, 1, t, mask.shape[-1]).repeat(1, 1, groups, 1)
         for i, layer in enumerate(self.layers):
             h = _rms_norm(x, layer.input_norm)
             qkv = layer.qkv(h)
@@ -246,8 +255,14 @@ class LeanDecoder:
             k, v = cache.layers[i].update(k, v)
             # Grouped kv heads go to SDPA as they are: repeating them (as transformers does when
             # there is a mask) copies the whole cache every step, and gives the same numbers.
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
-                                                 scale=layer.scaling, enable_gqa=layer.groups > 1)
+            if fold:
+                kv_heads = k.shape[1]
+                out = F.scaled_dot_product_attention(q.reshape(1, kv_heads, groups * t, layer.head_dim), k, v,
+                                                     attn_mask=mask, scale=layer.scaling)
+                out = out.reshape(1, kv_heads * groups, t, layer.head_dim)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                                     scale=layer.scaling, enable_gqa=layer.groups > 1)
             x = x + layer.o_proj(out.transpose(1, 2).reshape(1, t, -1).to(x.dtype))
             h = _rms_norm(x, layer.post_norm)
             gate, up = layer.gate_up(h).chunk(2, dim=-1)

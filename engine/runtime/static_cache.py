@@ -68,6 +68,9 @@ def why_not(model) -> str | None:
         return f"{type(model).__name__} is not a Llama-family decoder the lean pass runs"
     if is_int8(model):
         return "int8 weights have no GPU kernel here: bfloat16 is faster on a GPU"
+    rope = getattr(getattr(model.base_model, "rotary_emb", None), "rope_type", "default")
+    if "dynamic" in str(rope):  # it compares a length on the host at every pass: no graph captures that
+        return "dynamic RoPE decides its frequencies on the host"
     return None
 
 
@@ -227,6 +230,7 @@ class StaticRuntime(OnePromptCache):
         """Warm the pass on a side stream (as torch asks before a capture), then capture it. The
         captured pass writes a padded tree's cells past the sequence: harmless, they are masked."""
         g.ints[2 + 3 * g.size:].view(g.size, g.size).fill_diagonal_(1)
+        g.ints[0] = min(len(self.tokens), self.max_len - g.size)  # its cells after the sequence's
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream), torch.inference_mode(), self._attention():
@@ -323,9 +327,9 @@ class StaticRuntime(OnePromptCache):
         self.commit(verified, [0])
         return verified.hidden[0], verified.logits(0)
 
+    @torch.inference_mode()  # entered around each step: a `with` in a generator would leak into its caller
     def steps(self, tokens):
-        with torch.inference_mode():
-            yield from tokens
+        yield from tokens
 
     def warm_up(self, token: int) -> None:
         """Every pass size captured (or run once) now, not at the first request."""
@@ -350,7 +354,8 @@ class StaticRuntime(OnePromptCache):
     def verify(self, tree: DraftTree, batch_rows: int = 1) -> Verified:
         """One pass over every node of the tree after the cache, each seeing its ancestors."""
         past, n = len(self.tokens), len(tree)
-        if self.graphs == "off" or n > SIZES[-1]:
+        size = next((s for s in SIZES if s >= n), None)
+        if self.graphs == "off" or size is None or past + size > self.max_len:  # near the end: no padding
             if n == 1 or all(tree.parents[i] == i - 1 for i in range(n)):
                 hidden = self._eager(tree.tokens, past)  # a chain: the lean decoder's own causal mask
             else:

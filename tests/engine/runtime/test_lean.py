@@ -135,3 +135,15 @@ def test_packed_copies_take_at_most_their_share_of_the_weights_output_layer_firs
         assert not packed
     out_size = decoder.output.weight.numel() * decoder.output.weight.element_size()
     assert decoder.output.pack == (out_size <= share * weights)  # the output layer has the first claim
+
+
+def test_folding_kv_groups_into_the_query_gives_the_same_attention(tiny_models, monkeypatch):
+    """What the GPU does with a mask and grouped kv heads (the memory-efficient kernel takes no groups)."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_models["qwen2"]).eval()  # 4 query heads, 2 kv heads
+    assert lean.decoder_for(model).layers[0].groups == 2
+    ids = [(7 * i + 3) % (model.config.vocab_size - 10) + 5 for i in range(50)]
+    plain = _hidden_states(model, ids, use_lean=True)
+    monkeypatch.setattr(lean, "FOLD_GROUPS_ON_CPU", True)
+    folded = _hidden_states(model, ids, use_lean=True)
+    for a, b in zip(folded, plain):
+        assert torch.allclose(a, b, atol=1e-5)
