@@ -391,6 +391,24 @@ async def _completion_answer(ls: MemoSightServer, ticket: Ticket, position: type
     return types.CompletionList(is_incomplete=True, items=[_completion_item(ticket.seen, suggestion)])
 
 
+# What the embedded model was trained on (engine/models/default/README.md): others only where asked.
+EMBEDDED_LANGUAGES = ("python",)
+
+
+def _completes(ls: MemoSightServer, settings, language: str) -> bool:
+    """Whether `language` is completed: the `languages` setting's, else every language, except that
+    the embedded model keeps to Python unless `languages` names others (it says so once a language)."""
+    if settings.languages:
+        return language in settings.languages
+    embedded = settings.engine.model is None and not settings.engine.backend.remote
+    if not embedded or language in EMBEDDED_LANGUAGES:
+        return True
+    ls.report(f"MemoSight: the embedded model was trained on Python only, so it does not complete {language}. "
+              f"Name a model that knows it (`model`, e.g. \"qwen2.5-coder-0.5b\"), or ask anyway with "
+              f"`languages = [\"python\", \"{language}\"]`.", types.MessageType.Info)
+    return False
+
+
 async def _suggestion_for(ls: MemoSightServer, ticket: Ticket, position: types.Position) -> Suggestion | None:
     """The request's checks (language, size, binary), then the suggester's answer, its messages shown."""
     request_id = current_request_id()
@@ -398,7 +416,7 @@ async def _suggestion_for(ls: MemoSightServer, ticket: Ticket, position: types.P
     doc, uri = ticket.seen, ticket.seen.uri
     ls.reload_config_file_if_changed()
     settings = ls.settings
-    if settings.languages and doc.language not in settings.languages:
+    if not _completes(ls, settings, doc.language):
         return None
     if doc.too_large:
         ls.report(f"MemoSight: {uri} is {len(doc.text) / 1e6:.1f} MB, over the 8 MB limit; no completions "

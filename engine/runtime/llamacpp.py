@@ -455,5 +455,10 @@ def _on_branch(tree: DraftTree, node: int, leaf: int) -> bool:
 def _weights_type(L, model) -> str:
     buf = ctypes.create_string_buffer(256)
     L.llama_model_desc(model, buf, 256)
-    desc = buf.value.decode(errors="replace")  # e.g. "qwen2 1B Q4_K - Medium"
-    return desc.split(" ", 2)[-1] if desc.count(" ") >= 2 else desc
+    desc = buf.value.decode(errors="replace")  # e.g. "qwen2 1B Q4_K - Medium", "llama ?B all F32"
+    name = desc.split(" ", 2)[-1] if desc.count(" ") >= 2 else desc
+    # as the files are named: Q4_K_M, F32
+    name = name.removeprefix("all ")
+    for size, letter in ((" - Small", "_S"), (" - Medium", "_M"), (" - Large", "_L")):
+        name = name.replace(size, letter)
+    return name

@@ -336,6 +336,8 @@ class StaticRuntime(OnePromptCache):
         started = time.perf_counter()
         with torch.inference_mode():
             self.clear()
+            self._eager([token] * 64, 0)  # a prompt's pass: cuBLAS and attention set up for many rows too
+            self.clear()
             self._eager([token], 0)
             if self.graphs != "off":
                 for size in SIZES:

@@ -51,17 +51,20 @@ def run(args: argparse.Namespace) -> int:
     text = suggestion.text if suggestion else ""
     latency = statistics.median(latencies) if latencies else None
     status = engine.status()
+    backend = status.get("backend") or {}
+    runtime = f"{backend['kind']} backend" if backend else status.get("runtime")
     if args.json:
         print(json.dumps({"completion": text, "latency_ms": latency, "latencies_ms": [round(x, 2) for x in latencies],
                           "load_ms": round(load_ms, 1),
                           "prompt_tokens": suggestion.prompt_tokens if suggestion else None,
                           "stop_reason": suggestion.stop_reason if suggestion else None,
-                          "model": status["model"], "device": status["device"], "dtype": status["dtype"],
+                          "model": status["model"], "runtime": runtime, "device": status["device"],
+                          "dtype": status["dtype"], "runtime_choice": status.get("runtime_choice"),
                           "dtype_choice": status.get("dtype_choice"), "cpu": status.get("cpu")}))
     else:
         line, col = args.cursor.line, args.cursor.column
-        print(f"{args.cursor.path}:{line}:{col}  model={status['model']} device={status['device']} "
-              f"dtype={status['dtype']}")
+        print(f"{args.cursor.path}:{line}:{col}  model={status['model']} runtime={runtime} "
+              f"dtype={status['dtype']} device={status['device']}")
         print("--- completion ---")
         print(text if text else "(no suggestion)")
         print("------------------")

@@ -1,10 +1,11 @@
 """`memosight model list [--json]`: the catalog's models, their file size, whether each is here, and
 the memory their weights take.
 
-A model's 4-bit GGUF file is dequantized when it loads (float32 weights on a CPU, bfloat16 on a GPU),
-so its weights take 4 bytes of RAM a parameter on a CPU and 2 of GPU memory, whatever the file's size.
-The process needs more than its weights: the Python runtime, the KV caches, and, on the first load,
-the dequantizing itself (once per file; the result is cached on disk, as big as the float32 weights).
+On a CPU a model's 4-bit GGUF file runs on llama.cpp as it is (the default): about the file's size,
+plus its KV cache and buffers. On torch (`runtime = "torch"`, or a GPU) the file is dequantized when
+it loads (float32 weights on a CPU, bfloat16 on a GPU): 4 bytes of RAM a parameter on a CPU and 2 of
+GPU memory, plus the Python runtime, the KV caches and, on the first load, the dequantizing itself
+(once per file; the result is cached on disk, as big as the float32 weights).
 State: verified (sha256 checked), unchecked (the right size; the first load or pull checks it),
 partial (an interrupted download of an older version; the next `memosight model pull` replaces it), wrong size, missing.
 """
@@ -31,14 +32,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _render(result: dict) -> str:
-    rows = [("NAME", "FILE", "STATE", "PARAMS", "WEIGHTS IN RAM (CPU, float32)", "IN GPU MEMORY (bfloat16)")]
+    rows = [("NAME", "FILE", "STATE", "PARAMS", "RAM (CPU, llama.cpp)", "RAM (CPU, torch float32)",
+             "IN GPU MEMORY (bfloat16)")]
     for m in result["models"]:
         rows.append((m["name"], f"{m['file_bytes'] / 1e6:,.0f} MB", m["state"], f"{m['params'] / 1e9:.2f}B",
-                     f"~{m['cpu_float32_gb']} GB", f"~{m['gpu_bfloat16_gb']} GB"))
+                     f"~{m['cpu_llamacpp_gb']} GB", f"~{m['cpu_float32_gb']} GB", f"~{m['gpu_bfloat16_gb']} GB"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines += ["", f"files: {result['folder']}",
-              "memory: the weights once loaded (the GGUF file is dequantized to float32 on a CPU); the process "
-              "needs more: the runtime, the caches, and on the first load the dequantizing itself",
+              "memory: on a CPU the file runs on llama.cpp as it is (the default); on torch it is dequantized, "
+              "and the process needs more: the runtime, the caches, and on the first load the dequantizing itself",
               "get one: memosight model pull NAME; then model = \"NAME\" in .memosight.toml"]
     return "\n".join(lines)

@@ -228,7 +228,9 @@ async def test_clients_that_can_are_asked_to_watch_source_and_config_files(tmp_p
 
 
 async def test_bad_requests_get_clear_answers_and_the_server_stays_up(tmp_path, lsp_session, lsp_status):
-    async with lsp_session(tmp_path, init_options={"max_new_tokens": 3}) as client:
+    # a language id nobody knows, asked for: answered like any other
+    options = {"max_new_tokens": 3, "languages": ["python", "no-such-language", "plaintext"]}
+    async with lsp_session(tmp_path, init_options=options) as client:
         with pytest.raises(Exception, match="not open"):
             await inline(client, (tmp_path / "never-opened.py").as_uri(), 0, 0)
         uri = open_doc(client, tmp_path / "a.py", "x = 1\n", language="no-such-language")

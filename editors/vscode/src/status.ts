@@ -26,11 +26,23 @@ export interface ServerStatus {
   model?: string | null;
   device?: string | null;
   dtype?: string | null;
+  runtime?: string | null;
+  backend?: BackendStatus | null;
   error?: string | null;
   version?: string;
   requests?: RequestCounters;
   cache?: Record<string, unknown>;
   speculative?: Record<string, unknown>;
+  [key: string]: unknown;
+}
+
+/** A serving engine's part of the status ([backend] in the config). */
+export interface BackendStatus {
+  kind?: string;
+  url?: string;
+  state?: string; // ok | slow | unreachable | error | unknown
+  fallback_reason?: string | null;
+  fallback?: Record<string, unknown> | null;
   [key: string]: unknown;
 }
 
@@ -77,10 +89,7 @@ export function formatStatusBar(status: ServerStatus): StatusBarView {
     return { text: "$(error) MemoSight: error", tooltip: `MemoSight could not load the model: ${status.error ?? "unknown error"}` };
   }
   const requests = status.requests ?? {};
-  const parts = [model];
-  if (status.device) {
-    parts.push(status.device);
-  }
+  const parts = [model, ...engineParts(status)];
   const last = requests.latency_ms?.last;
   if (typeof last === "number") {
     parts.push(formatLatency(last));
@@ -89,6 +98,30 @@ export function formatStatusBar(status: ServerStatus): StatusBarView {
     parts.push(`${formatRate(requests.acceptance_rate)} accepted`);
   }
   return { text: `$(sparkle) ${parts.join(" · ")}`, tooltip: formatSummary(status).join("\n") + "\n\nClick for the full status." };
+}
+
+/** What runs the model, as the status bar shows it: "llamacpp Q4_K_M · cpu", "torch bfloat16 · cuda:0",
+ * "llamacpp backend"; with "⚠ fallback: local model" while a backend's requests go to the local model. */
+export function engineParts(status: ServerStatus): string[] {
+  const backend = status.backend;
+  if (backend) {
+    const parts = [`${backend.kind ?? "remote"} backend`];
+    if (backend.state !== "ok" && backend.state !== "unknown" && backend.fallback_reason) {
+      parts.push("$(warning) fallback: local model");
+    } else if (backend.state === "unreachable" || backend.state === "error") {
+      parts.push(`$(warning) ${backend.state}`);
+    }
+    return parts;
+  }
+  const parts: string[] = [];
+  const engine = [status.runtime, status.dtype].filter((p) => typeof p === "string" && p.length > 0).join(" ");
+  if (engine) {
+    parts.push(engine);
+  }
+  if (status.device) {
+    parts.push(status.device);
+  }
+  return parts;
 }
 
 /** The status bar item while there is no server status to show. */
@@ -112,11 +145,17 @@ export function formatSummary(status: ServerStatus): string[] {
     `state:      ${status.state}${status.error ? ` — ${status.error}` : ""}`,
     `model:      ${status.model ?? "default"}`,
     `device:     ${device}`,
+    `runtime:    ${status.runtime ?? "—"}`,
     `requests:   ${requests.requests ?? 0} (${requests.completed ?? 0} completed, ${requests.accepted ?? 0} accepted, ` +
       `${requests.cancelled ?? 0} cancelled, ${requests.superseded ?? 0} superseded)`,
     `latency:    last ${formatLatency(latency.last)}, p50 ${formatLatency(latency.p50)}, p95 ${formatLatency(latency.p95)}`,
     `acceptance: ${formatRate(requests.acceptance_rate)}`,
   ];
+  const backend = status.backend;
+  if (backend) {
+    lines.push(`backend:    ${backend.kind ?? "remote"} at ${backend.url ?? "?"}, ${backend.state ?? "unknown"}` +
+      (backend.fallback_reason ? ` (fallback to the local model: ${backend.fallback_reason})` : ""));
+  }
   const hitRate = status.cache?.hit_rate;
   if (typeof hitRate === "number") {
     lines.push(`KV cache:   ${formatRate(hitRate)} hit rate`);

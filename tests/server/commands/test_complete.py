@@ -12,7 +12,8 @@ def test_complete_prints_the_suggestion_and_its_latency(capsys, repeater_model_d
     out = json.loads(capsys.readouterr().out)
     assert out["completion"] == "xxxxx"
     assert out["latency_ms"] > 0 and len(out["latencies_ms"]) == 2
-    assert out["device"] == "cpu"
+    assert out["device"] == "cpu" and out["runtime"] == "torch"  # a model folder: transformers
+    assert out["runtime_choice"]["runtime"] == "torch"
     # a figure names the CPU it was taken on, and how dtype "auto" was decided there
     assert set(out["cpu"]) == {"model_name", "capability", "onednn_isa", "threads", "cores"}
     assert out["dtype"] == out["dtype_choice"]["dtype"] and "float32" in out["dtype_choice"]["keystroke_ms"]

@@ -18,6 +18,7 @@ const ready: ServerStatus = {
   model: "default",
   device: "cpu",
   dtype: "float32",
+  runtime: "torch",
   error: null,
   requests: {
     requests: 12,
@@ -32,8 +33,22 @@ const ready: ServerStatus = {
   speculative: { mean_accepted: 2.4 },
 };
 
-test("a ready server shows model, device, last latency and acceptance", () => {
-  assert.equal(formatStatusBar(ready).text, "$(sparkle) default · cpu · 41 ms · 30% accepted");
+test("a ready server shows model, runtime, dtype, device, last latency and acceptance", () => {
+  assert.equal(formatStatusBar(ready).text, "$(sparkle) default · torch float32 · cpu · 41 ms · 30% accepted");
+  const gguf: ServerStatus = { ...ready, model: "qwen2.5-coder-0.5b", runtime: "llamacpp", dtype: "Q4_K_M", requests: {} };
+  assert.equal(formatStatusBar(gguf).text, "$(sparkle) qwen2.5-coder-0.5b · llamacpp Q4_K_M · cpu");
+});
+
+test("a backend shows its kind, and its fallback to the local model while it is down", () => {
+  const remote: ServerStatus = { state: "ready", model: "qwen", device: "remote", dtype: "remote", requests: {},
+    backend: { kind: "llamacpp", url: "http://127.0.0.1:8080", state: "ok", fallback_reason: null } };
+  assert.equal(formatStatusBar(remote).text, "$(sparkle) qwen · llamacpp backend");
+  const down: ServerStatus = { ...remote, backend: { ...remote.backend, state: "unreachable",
+    fallback_reason: "connection refused" } };
+  assert.equal(formatStatusBar(down).text, "$(sparkle) qwen · llamacpp backend · $(warning) fallback: local model");
+  assert.match(formatSummary(down).join("\n"), /unreachable \(fallback to the local model: connection refused\)/);
+  const noFallback: ServerStatus = { ...remote, backend: { ...remote.backend, state: "unreachable" } };
+  assert.equal(formatStatusBar(noFallback).text, "$(sparkle) qwen · llamacpp backend · $(warning) unreachable");
 });
 
 test("before the first completion only model and device are shown", () => {
