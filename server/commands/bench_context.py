@@ -46,7 +46,7 @@ from pathlib import Path
 from ..languages import LANGUAGES_BY_SUFFIX
 from ..context.regions import REGION_KINDS
 from ..documents import Document
-from .common import CommandError, add_json_argument, print_result
+from .common import MODEL_HELP, CommandError, add_json_argument, print_result
 from ..bench.context_measures import PROXY_TOKEN, needle_figures, recall_and_match, typing_stability
 from ..bench.suffix_length import suffix_lengths
 from ..bench.suffix_length import table as suffix_table
@@ -82,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also pack with other weights (regions.WEIGHTS), near_prefix_share, suffix_share or "
                              "suffix_tokens (the server's bound on the text after the cursor); "
                              "repeatable")
-    parser.add_argument("--model", help="model folder or Hugging Face id (default: the embedded model)")
+    parser.add_argument("--model", help=MODEL_HELP)
     parser.add_argument("--device", help="auto, cpu, cuda")
     parser.add_argument("--dtype", help="auto, float32, bfloat16, float16, int8 (as in .memosight.toml)")
     parser.add_argument("--seed", type=int, default=0)

@@ -28,14 +28,14 @@ import asyncio
 import signal
 
 from ..bench.fuzz import EXIT_TIMEOUT_S, fuzz, run_passed
-from .common import CommandError, add_json_argument, print_result
+from .common import MODEL_HELP, CommandError, add_json_argument, print_result
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=5, help="runs, seeds 0..N-1 (default 5; 0: the stalled client alone)")
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--messages", type=int, default=10_000, help="messages a run (default 10000)")
-    parser.add_argument("--model", help="model for the server (default: the embedded model)")
+    parser.add_argument("--model", help=MODEL_HELP)
     parser.add_argument("--heavy", action=argparse.BooleanOptionalAction, default=True,
                         help="heavy documents in the stream: 5 MB, 9 MB (over the 8 MB completion limit) and "
                              "--huge-mb in turn, with 50,000-character lines (default on; --no-heavy: a run to "

@@ -19,12 +19,12 @@ import json
 from memosight.engine.bench.common import table  # plain text, no torch
 
 from ..bench.replay import replay
-from .common import add_json_argument, print_result
+from .common import MODEL_HELP, add_json_argument, print_result
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, help="folder of Python source files (held-out code)")
-    parser.add_argument("--model", help="model folder or hub id (default: the embedded model)")
+    parser.add_argument("--model", help=MODEL_HELP)
     parser.add_argument("--functions", type=int, default=6, help="functions to type back")
     parser.add_argument("--max-chars", type=int, default=400, help="skip functions longer than this")
     parser.add_argument("--min-lines", type=int, default=None,

@@ -22,12 +22,12 @@ import argparse
 import asyncio
 
 from ..bench.soak import soak
-from .common import add_json_argument, print_result
+from .common import MODEL_HELP, add_json_argument, print_result
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, help="folder of Python source files (held-out code)")
-    parser.add_argument("--model", help="model folder or hub id (default: the embedded model)")
+    parser.add_argument("--model", help=MODEL_HELP)
     parser.add_argument("--keystrokes", type=int, default=2000, help="keystrokes to type in all")
     parser.add_argument("--documents", type=int, default=4, help="documents open at once")
     parser.add_argument("--faults", default="raise=0.04,slow=0.04,slow_ms=400",

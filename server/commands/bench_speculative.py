@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import CommandError, add_json_argument, print_result, step_progress
+from .common import MODEL_HELP, CommandError, add_json_argument, print_result, step_progress
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, help="folder of source files (held-out code)")
-    parser.add_argument("--model", help="model folder or hub id (default: the embedded model)")
+    parser.add_argument("--model", help=MODEL_HELP)
     parser.add_argument("--shape", help="instead of --model's weights: a known model's shape with random weights, for "
                         "speed only (qwen2.5-coder-0.5b, qwen2.5-coder-1.5b; the tokenizer is --model's)")
     parser.add_argument("--draft-model", help="a draft model with the same tokenizer: adds spec_draft_model and "

@@ -21,6 +21,10 @@ class CommandError(Exception):
     """A problem with the command's input that the user can fix; the message says how."""
 
 
+MODEL_HELP = ("a model folder, a .gguf file, a catalog name (qwen2.5-coder-0.5b; `memosight model list`), a packaged "
+              "name (smollm2-135m) or a Hugging Face id (default: the embedded model)")
+
+
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..config import ConfigSources, Settings, read_config_file
 from ..languages import LANGUAGES_BY_SUFFIX
 from ..documents import Document
-from .common import CommandError, say
+from .common import MODEL_HELP, CommandError, say
 
 
 @dataclass
@@ -61,7 +61,7 @@ def settings_for(path: Path, overrides: dict) -> Settings:
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="model folder or Hugging Face id (default: the embedded model)")
+    parser.add_argument("--model", help=MODEL_HELP)
     parser.add_argument("--device", help="auto, cpu, cuda (default: auto)")
     parser.add_argument("--dtype", help="auto, int8, float32, bfloat16, float16 (default: auto)")
 
