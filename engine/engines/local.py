@@ -120,8 +120,12 @@ class LocalEngine:
         # what a warm-up leaves, the bound of earlier prompts' KV, the figures: the runtime's cache
         self.prompt_cache = self.runtime.cache
         # Sliding-window caches drop old positions: no cropping, so no reuse and no tree verification.
-        self.can_speculate = self.runtime.can_crop()
-        self.prompt_cache.reuse = self.can_speculate
+        self.prompt_cache.reuse = self.runtime.can_crop()
+        # Speculation only where a verification pass gives a plain step's logits: a llama.cpp built
+        # with llamafile's kernels sums one row apart from a batch (status: lossless false), so its
+        # speculative tokens could leave plain decoding's near a tie. There it decodes plainly: on a
+        # CPU drafts barely paid anyway (a node costs 74% of a token, Qwen2.5-Coder-0.5B, 2 cores).
+        self.can_speculate = self.prompt_cache.reuse and getattr(self.runtime, "lossless", True)
         # the sources found for the model, and any given (a draft model the user chose)
         self.speculator = Speculator(build_drafters(model, Path(model_dir) if model_dir else None) + list(drafters or []),
                                      max_rows=getattr(self.runtime, "exact_rows", None))
@@ -428,10 +432,21 @@ class LocalEngine:
                 "p50": round(lat[len(lat) // 2], 2) if lat else None,
                 "p95": round(lat[min(len(lat) - 1, int(len(lat) * 0.95))], 2) if lat else None,
             },
-            "speculative": {"enabled": self.settings.speculative,
+            "speculative": {"enabled": self.settings.speculative and self.can_speculate,
+                            "off_because": self._speculation_off(),
                             "heads": self.speculator.drafter("heads") is not None, **self.speculator.to_json()},
             "cache": {**self.prompt_cache.to_json(), "prefilled_ahead": self.prefilled_tokens},
         }
+
+    def _speculation_off(self) -> str | None:
+        if not self.settings.speculative:
+            return "speculative = false"
+        if not self.prompt_cache.reuse:
+            return "the model's cache drops old positions (sliding window): no tree to verify"
+        if not self.can_speculate:
+            return ("this llama.cpp build sums one row apart from a batch (llamafile's kernels?): plain decoding "
+                    "keeps its tokens exact; reinstall llama-cpp-python with CMAKE_ARGS=\"-DGGML_LLAMAFILE=OFF\"")
+        return None
 
     def close(self) -> None:
         """Drop the caches and the model's weights; what is left can be garbage-collected."""

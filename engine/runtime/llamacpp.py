@@ -24,7 +24,8 @@ kernels with small batches; else every decode padded to two rows at least (a sec
 scratch sequence, dropped after) and trees of up to the batch class's largest size, where padding
 is cheap (the embedded model: 2.7 against 2.9 ms). Where a padded step costs nearly a second token
 (Qwen2.5-Coder-0.5B on 2 AVX2 cores: 54 against 31 ms), plain decoding keeps one row and the engine
-says `lossless: false`: a verification pass's logits may then differ from a plain step's near a tie. A tree's every row asks
+says `lossless: false`: a verification pass's logits could then differ from a plain step's near a
+tie, so the engine does not speculate (engines/local.py). A tree's every row asks
 for its logits, so the output layer runs in the same class too. The cells a pass fills also matter
 (attention sums over cells in their order): the tree's first chain goes first in the batch, so a path
 along it lies in order and the next token fills the cell right after it; a path that leaves it is

@@ -123,6 +123,28 @@ def test_speculative_decoding_on_llamacpp_equals_its_plain_greedy_decoding(embed
     assert drafted > 0  # the trees were there to verify
 
 
+def test_a_build_whose_one_row_sums_apart_from_batches_decodes_plainly(embedded_gguf, tmp_path, monkeypatch):
+    """lossless false (llamafile's kernels, padding too dear): no speculation, so no token may leave
+    plain decoding's; status says why."""
+    from memosight.engine import load_engine
+    from memosight.engine.runtime import llamacpp_kernels
+
+    monkeypatch.setenv("MEMOSIGHT_CACHE", str(tmp_path))
+    real = llamacpp_kernels.measure_kernel_classes
+
+    def split(rt, probe):  # what a llamafile build measures: one row a class of its own, padding dear
+        real(rt, probe)
+        rt.kernel_classes, rt.min_rows, rt.exact_rows, rt.lossless = [[1], [2, 4, 8]], 1, 8, False
+
+    monkeypatch.setattr(llamacpp_kernels, "measure_kernel_classes", split)
+    engine = load_engine(str(embedded_gguf), runtime="llamacpp")
+    assert engine.runtime.lossless is False and not engine.can_speculate
+    ids = engine.encode(TEXT * 2)
+    assert engine.generate(ids, 20, speculative=True) == engine.generate(ids, 20, speculative=False)
+    status = engine.status()["speculative"]
+    assert status["enabled"] is False and "LLAMAFILE=OFF" in status["off_because"] and status["steps"] == 0
+
+
 def test_the_engine_on_llamacpp_completes_with_fim_and_imports_neither_torch_nor_transformers(embedded_gguf):
     import subprocess
     import sys
