@@ -121,10 +121,10 @@ class LocalEngine:
         self.prompt_cache = self.runtime.cache
         # Sliding-window caches drop old positions: no cropping, so no reuse and no tree verification.
         self.prompt_cache.reuse = self.runtime.can_crop()
-        # Speculation only where a verification pass gives a plain step's logits: a llama.cpp built
-        # with llamafile's kernels sums one row apart from a batch (status: lossless false), so its
-        # speculative tokens could leave plain decoding's near a tie. There it decodes plainly: on a
-        # CPU drafts barely paid anyway (a node costs 74% of a token, Qwen2.5-Coder-0.5B, 2 cores).
+        # Speculation only where a verification pass gives a plain step's logits: llamafile's kernels
+        # sum one row apart from a batch on some CPUs (AVX2; status: lossless false), so speculative
+        # tokens could leave plain decoding's near a tie. There it decodes plainly: on a CPU drafts
+        # barely paid anyway (a node costs 74% of a token, Qwen2.5-Coder-0.5B, 2 cores).
         self.can_speculate = self.prompt_cache.reuse and getattr(self.runtime, "lossless", True)
         # the sources found for the model, and any given (a draft model the user chose)
         self.speculator = Speculator(build_drafters(model, Path(model_dir) if model_dir else None) + list(drafters or []),
@@ -444,8 +444,9 @@ class LocalEngine:
         if not self.prompt_cache.reuse:
             return "the model's cache drops old positions (sliding window): no tree to verify"
         if not self.can_speculate:
-            return ("this llama.cpp build sums one row apart from a batch (llamafile's kernels?): plain decoding "
-                    "keeps its tokens exact; reinstall llama-cpp-python with CMAKE_ARGS=\"-DGGML_LLAMAFILE=OFF\"")
+            return ("llama.cpp sums one row apart from a batch here (llamafile's kernels): plain decoding keeps "
+                    "the tokens exact; to speculate, reinstall llama-cpp-python with CMAKE_ARGS=\"-DGGML_LLAMAFILE=OFF\" "
+                    "(slower prompts)")
         return None
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -321,12 +322,14 @@ def test_extension_completes_counts_acceptance_and_restarts_with_the_real_server
                                  "memosight.accepted"]
     assert out["errors"] == [], out["errors"]  # no launch error, no invalid-setting warning from the server
     model = repeater_model_dir.name  # the status bar shows a model folder's last part
-    assert out["readyText"] == f"$(sparkle) {model} · torch float32 · cpu"  # what runs it, and where
-    assert out["acceptedText"].startswith(f"$(sparkle) {model} · torch float32 · cpu · ")
+    # what runs it (dtype "auto" is measured on this CPU: float32 or int8), and where
+    ready = re.fullmatch(rf"\$\(sparkle\) {re.escape(model)} · torch (float32|int8|bfloat16) · cpu", out["readyText"])
+    assert ready, out["readyText"]
+    assert out["acceptedText"].startswith(f"{out['readyText']} · ")
     assert out["acceptedText"].endswith(" ms · 100% accepted")
     assert "requests:   1 (1 completed, 1 accepted, 0 cancelled, 0 superseded)" in out["report"]
     assert f"command:    {sys.executable} -m memosight.server --stdio --log-level debug" in out["report"]
     assert any(" INFO memosight.engine.loading.torch_load: loaded" in line for line in out["output"]), log
-    assert out["restartedText"] == f"$(sparkle) {model} · torch float32 · cpu"
+    assert out["restartedText"] == out["readyText"]
     assert out["stoppedText"] == "$(circle-slash) MemoSight: stopped"
     print(f"VS Code extension end to end: {time.monotonic() - started:.1f} s; {out['events']}")
