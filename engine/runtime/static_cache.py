@@ -189,7 +189,7 @@ class StaticRuntime(OnePromptCache):
         n = len(ids)
         if past + n > self.max_len:
             raise EngineError(f"{past + n} tokens, over this runtime's {self.max_len}-token context: "
-                              "shorten the prompt (context_tokens)")
+                              "a smaller context_budget")
         positions = positions if positions is not None else list(range(past, past + n))
         cells = self.cells.at(slice(past, past + n), past + n, past)
         with self._attention():
@@ -251,7 +251,7 @@ class StaticRuntime(OnePromptCache):
         size = g.size
         if past + size > self.max_len:  # a padded pass writes `size` cells
             raise EngineError(f"{past + n} tokens, over this runtime's {self.max_len}-token context: "
-                              "shorten the prompt (context_tokens)")
+                              "a smaller context_budget")
         visible = np.eye(size, dtype=np.int64)
         for node, parent in enumerate(tree.parents):
             if parent >= 0:
