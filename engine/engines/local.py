@@ -24,6 +24,7 @@ from ..runtime import Interrupted, greedy
 from ..text.fim import PLAIN, FimTemplate, Prompt, detect_template, end_token_ids, read_model_options, render
 from ..text.healing import TokenBytes, back_up, last_word_chars
 from ..text.stops import StreamState, stream_text
+from .token_streams import ConfidentTokens, TimedIterator
 
 if TYPE_CHECKING:  # torch is imported where a torch model runs: an engine on llama.cpp never loads it
     import torch
@@ -42,42 +43,6 @@ class CpuDevice(str):
     @property
     def type(self) -> str:
         return "cpu"
-
-
-class TimedIterator(Iterator[int]):
-    """An iterator that adds up the time its source takes to produce each item (the model's share
-    of a request, apart from what the caller does with the items)."""
-
-    def __init__(self, source: Iterator[int]):
-        self.source = iter(source)
-        self.ms = 0.0
-
-    def __next__(self) -> int:
-        started = time.perf_counter()
-        try:
-            return next(self.source)
-        finally:
-            self.ms += (time.perf_counter() - started) * 1000
-
-
-class ConfidentTokens(Iterator[int]):
-    """Tokens up to the first one the model gives less than `threshold` probability (see
-    StopRule.min_confidence); `confidences` is filled by the decoding loop as it yields."""
-
-    def __init__(self, source: Iterator[int], confidences: list[float], threshold: float):
-        self.source, self.confidences, self.threshold = iter(source), confidences, threshold
-        self.count = 0
-        self.unsure = False
-
-    def __next__(self) -> int:
-        if self.unsure:
-            raise StopIteration
-        token = next(self.source)
-        if self.count < len(self.confidences) and self.confidences[self.count] < self.threshold:
-            self.unsure = True
-            raise StopIteration
-        self.count += 1
-        return token
 
 
 def _torch_runtime(model):
