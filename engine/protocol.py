@@ -147,6 +147,9 @@ class EngineSettings:
 
     speculative: bool = True  # speculative decoding (the same tokens as greedy, faster)
     kv_cache_bytes: int = 256 * 2**20  # memory bound of the cache of earlier prompts
+    # every prompt computed exactly; else a keystroke moves the cells of text that only moved (the
+    # FIM suffix behind the typed text) past their first tokens, made exact when the user pauses
+    exact_prompt: bool = False
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,11 @@ class Engine(Protocol):
         follows), so that a stream of the same or an extended prompt starts warm. Stops early,
         keeping what it computed, when `request.cancel` is set; returns the prompt tokens it
         computed. Engines without a cache do nothing."""
+
+    def refresh(self, cancel) -> int | None:
+        """The user paused: compute again exactly what the last prompts reused approximately
+        (cells moved into place), so that it never piles up. Stops when `cancel` is set; returns
+        the tokens computed. Engines that reuse nothing approximately do nothing."""
 
     def configure(self, settings: EngineSettings) -> None:
         """Apply settings that change without reloading the model."""

@@ -103,6 +103,9 @@ class FaultyEngine:
     def prefill(self, request: CompletionRequest) -> None:
         self.inner.prefill(request)
 
+    def refresh(self, cancel):
+        return self.inner.refresh(cancel)
+
     def configure(self, settings: EngineSettings) -> None:
         self.inner.configure(settings)
 

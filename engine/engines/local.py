@@ -21,6 +21,7 @@ from ..loading.memory import HeapTrimmer
 from ..protocol import (Completion, CompletionRequest, EngineError, EngineInfo, EngineSettings, StopRule, Stream,
                         valid_text)
 from ..runtime import Interrupted, greedy
+from ..runtime.llamacpp_prompt import RECOMPUTE
 from ..text.fim import PLAIN, FimTemplate, Prompt, detect_template, end_token_ids, read_model_options, render
 from ..text.healing import TokenBytes, back_up, last_word_chars
 from ..text.stops import StreamState, stream_text
@@ -173,8 +174,14 @@ class LocalEngine:
     # --- settings and caches --------------------------------------------------------------------
 
     def configure(self, settings: EngineSettings) -> None:
+        changed = settings.exact_prompt != self.settings.exact_prompt
         self.settings = settings
         self.prompt_cache.set_max_bytes(settings.kv_cache_bytes)
+        if changed and hasattr(self.runtime, "recompute"):
+            with self._lock:
+                self.runtime.recompute = None if settings.exact_prompt else RECOMPUTE
+                if settings.exact_prompt:
+                    self.runtime.make_exact()
 
     def reset_caches(self) -> None:
         """Forget every cached prompt and draft (for cold-start measurements)."""
@@ -320,6 +327,15 @@ class LocalEngine:
                 self.heap.touch()
         return computed
 
+    def refresh(self, cancel) -> int:
+        """The cells the last prompts moved into place (runtime/llamacpp_prompt.py) computed again
+        exactly, while the user pauses; stops when `cancel` is set (the next key). Returns the tokens
+        computed."""
+        if self.closed or not hasattr(self.runtime, "refresh"):
+            return 0
+        with self._lock, self._clear_cache_on_error():
+            return 0 if cancel.is_set() else self.runtime.refresh(cancel)
+
     def complete(self, prefix: str, suffix: str = "", *, max_new_tokens: int = 64, single_line: bool = False,
                  language: str = "", stop: StopRule | None = None) -> Completion:
         """The completion at a cursor between `prefix` and `suffix`, with its latency."""
@@ -337,10 +353,8 @@ class LocalEngine:
             return 0.0, 0
         if self.model is None and hasattr(self.runtime, "continuation_logits"):  # llama.cpp: its own kernels
             with self._lock:
-                logits = self.runtime.continuation_logits(prompt, target).astype(np.float64)
-            top = logits.max(axis=1)
-            log_z = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
-            return float((log_z - logits[np.arange(len(target)), target]).sum()), len(target)
+                logits = self.runtime.continuation_logits(prompt, target)
+            return _nll(logits, target), len(target)
         self._needs_torch("continuation_loss")
         import torch
 
@@ -350,6 +364,32 @@ class LocalEngine:
             logits = self.model(ids).logits[0, len(prompt) - 1:-1].float()
             loss = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):], reduction="sum")
         return float(loss), len(target)
+
+    def keystroke_loss(self, before: tuple[str, str], after: tuple[str, str], continuation: str,
+                       recompute: int | None) -> tuple[float, int, int]:
+        """The true `continuation`'s NLL (nats, summed), its tokens, and how many of its first
+        tokens greedy decoding gets right, at the cursor `after` (prefix, suffix) with the cache
+        brought there from the prompt at `before` as a keystroke brings it: runs that moved reused
+        past their first `recompute` tokens (llamacpp_prompt.py). `recompute=None`: a fresh prefill.
+        llama.cpp only: the torch runtimes compute every token after the common prefix."""
+        if not hasattr(self.runtime, "recompute"):
+            raise EngineError("moved cells are reused on llama.cpp only: load a GGUF model with runtime = \"llamacpp\"")
+        target = self.encode(continuation)
+        if not target:
+            return 0.0, 0, 0
+        with self._lock:
+            runtime, kept = self.runtime, self.runtime.recompute
+            try:  # what the cache holds exactly stays (the prompts' common head): the rest is computed
+                runtime.make_exact()
+                if recompute is not None:
+                    runtime.recompute = None
+                    runtime.prefill_hidden(self.prompt_ids(*before))
+                    runtime.recompute = recompute
+                logits = runtime.continuation_logits(self.prompt_ids(*after), target, exact=recompute is None)
+            finally:
+                runtime.recompute = kept
+        right = next((k for k, row in enumerate(logits) if int(row.argmax()) != target[k]), len(target))
+        return _nll(logits, target), len(target), right
 
     def line_attention(self, text: str, rows: list[int], query_lines: int = 8,
                        window_tokens: int = 1024) -> dict[int, tuple[int, list[float]]]:
@@ -401,7 +441,17 @@ class LocalEngine:
                             "off_because": self._speculation_off(),
                             "heads": self.speculator.drafter("heads") is not None, **self.speculator.to_json()},
             "cache": {**self.prompt_cache.to_json(), "prefilled_ahead": self.prefilled_tokens},
+            "moved_cells": self._moved_cells(),
         }
+
+    def _moved_cells(self) -> dict:
+        """Whether a keystroke reuses the cells of text that only moved, and the figures."""
+        if not hasattr(self.runtime, "moves_json"):
+            return {"on": False, "why": f"the {self.runtime.name} runtime computes every prompt token after the "
+                                        "common prefix: cells are moved on llama.cpp (a GGUF model) only"}
+        moves = self.runtime.moves_json()
+        return {"on": moves["recompute"] is not None, **moves,
+                **({"why": "exact_prompt = true"} if moves["recompute"] is None else {})}
 
     def _speculation_off(self) -> str | None:
         if not self.settings.speculative:
@@ -429,3 +479,11 @@ class LocalEngine:
                 import torch
 
                 torch.cuda.empty_cache()
+
+
+def _nll(logits: np.ndarray, target: list[int]) -> float:
+    """The summed negative log-likelihood of `target` under `logits` (row k predicts target[k])."""
+    logits = logits.astype(np.float64)
+    top = logits.max(axis=1)
+    log_z = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
+    return float((log_z - logits[np.arange(len(target)), target]).sum())

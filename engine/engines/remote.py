@@ -104,6 +104,9 @@ class RemoteEngine(Engine):
     def prefill(self, request: CompletionRequest) -> None:
         return None  # the server's prefix cache does this work when the request comes
 
+    def refresh(self, cancel) -> None:
+        return None  # the server reuses nothing approximately that a pause could make exact
+
     def configure(self, settings: EngineSettings) -> None:
         return None
 

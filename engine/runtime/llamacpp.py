@@ -45,6 +45,7 @@ import numpy as np
 from ..decoding.verify import DraftTree, first_chain
 from ..protocol import EngineError, ModelLoadError
 from . import Interrupted, OnePromptCache, Verified, llamacpp_stop
+from .llamacpp_prompt import MAX_MOVES, PromptCells
 from .llamacpp_stop import DecodeStop
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ BATCH = 512  # tokens a decode takes at most (a prefill goes in chunks of this)
 CANCELLABLE_CHUNK = 64
 MAX_BRANCHES = 16  # sequences a tree may use besides sequence 0
 PAD_SEQ = MAX_BRANCHES + 1  # the scratch sequence of a padding row
+PARK_SEQ = PAD_SEQ + 1  # the first of the sequences moved runs wait in (llamacpp_prompt.py)
+REFRESH_SEQ = PARK_SEQ + MAX_MOVES  # where stale cells are computed again
 
 
 class LlamaCppUnavailable(RuntimeError):
@@ -103,7 +106,7 @@ def _log_callback(llama_cpp):
 _backend_ready = False
 
 
-class LlamaCppRuntime(OnePromptCache):
+class LlamaCppRuntime(PromptCells, OnePromptCache):
     name = "llamacpp"
 
     def __init__(self, path: Path, threads: int, n_ctx: int = 4096, hidden: bool = False):
@@ -123,7 +126,7 @@ class LlamaCppRuntime(OnePromptCache):
         ctx_params = L.llama_context_default_params()
         ctx_params.n_ctx = n_ctx
         ctx_params.n_batch = ctx_params.n_ubatch = BATCH
-        ctx_params.n_seq_max = PAD_SEQ + 1
+        ctx_params.n_seq_max = REFRESH_SEQ + 1
         ctx_params.kv_unified = True  # branches share the prompt's cells
         ctx_params.embeddings = hidden  # the final hidden state beside the logits
         if hidden:  # else the model's own (unspecified), which llama.cpp warns about overriding
@@ -144,7 +147,7 @@ class LlamaCppRuntime(OnePromptCache):
         self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
         self.n_embd = L.llama_model_n_embd(self.model)
         self.memory = L.llama_get_memory(self.ctx)
-        self.batch = L.llama_batch_init(BATCH, 0, PAD_SEQ + 1)
+        self.batch = L.llama_batch_init(BATCH, 0, REFRESH_SEQ + 1)
         self.weights_type = _weights_type(L, self.model)
         self.cache = self  # what the engine asks a prompt cache (rendered prompts, figures) is asked here
         self.reuse = True
@@ -165,6 +168,7 @@ class LlamaCppRuntime(OnePromptCache):
         self.known_pass_ms: dict[int, float] = {}  # llamacpp_kernels.measure_pass_costs(): ms by rows, kept per machine
         self._ready: tuple[list[int], np.ndarray, np.ndarray] | None = None  # a warm-up's whole prompt
         self._last_row = 0  # the last decode's last real row (padding rows come after it)
+        self._setup_prompt(PARK_SEQ, REFRESH_SEQ, 2 * MAX_BRANCHES)
         self.closed = False
         self.stop = DecodeStop(L, self.ctx)  # a prefill stops part way when its request is cancelled
 
@@ -200,6 +204,8 @@ class LlamaCppRuntime(OnePromptCache):
         """Sequence 0 back to its first `length` positions (every other sequence emptied)."""
         self.L.llama_memory_seq_rm(self.memory, 0, length, -1)
         self.tokens = self.tokens[:length]
+        if self.stale_from is not None and self.stale_from >= length:
+            self.stale_from = None
 
     def _run(self, ids: list[int], start: int, last_output: bool = True, cancel=None) -> int:
         """`ids` decoded into sequence 0 from position `start`, BATCH at a time; the last asks for
@@ -236,56 +242,15 @@ class LlamaCppRuntime(OnePromptCache):
             self.L.llama_set_embeddings(self.ctx, on)
             self._embeddings_on = on
 
-    # --- the prompt -----------------------------------------------------------------------------
+    # --- the prompt (llamacpp_prompt.py brings sequence 0 to one) ------------------------------
 
-    def _reuse(self, input_ids: list[int]) -> int:
-        keep = min(len(commonprefix([self.tokens, input_ids])), len(input_ids) - 1)
-        if not self.reuse:
-            keep = 0
-        self._crop(max(0, keep))
-        return max(0, keep)
-
-    def prefill_hidden(self, input_ids: list[int], cancel=None) -> tuple[np.ndarray, np.ndarray]:
-        """Sequence 0 brought to exactly `input_ids`, the longest cached prefix kept; the last
-        position's hidden state and logits. Raises Interrupted when `cancel` is set part way."""
-        started = time.perf_counter()
-        self.prompt_tokens += len(input_ids)
-        if (warmed := self._warmed(input_ids, started)) is not None:
-            return warmed
-        if len(input_ids) > self.n_ctx - 2 * MAX_BRANCHES:
-            raise EngineError(f"the prompt is {len(input_ids)} tokens, over this context's {self.n_ctx}")
-        keep = self._reuse(input_ids)
-        looked_up = time.perf_counter()
-        if self._run(input_ids[keep:], keep, cancel=cancel) < len(input_ids):
-            self.last_prefill_ms = (time.perf_counter() - looked_up) * 1000
-            raise Interrupted("the prefill was stopped: its request was cancelled")
-        self.reused_tokens += keep
-        hidden, logits = self._hidden(self._last_row), self._logits(self._last_row)
-        self.last_lookup_ms = (looked_up - started) * 1000
-        self.last_prefill_ms = (time.perf_counter() - looked_up) * 1000
-        return hidden, logits
-
-    def warm(self, input_ids: list[int], cancel, chunk: int = 64) -> int:
-        """`input_ids` computed ahead of a request, `chunk` tokens a decode (a request waits at most
-        one); when all are in, the logits after them wait for the request with this very prompt."""
-        self._ready = None
-        if not input_ids or len(input_ids) > self.n_ctx - 2 * MAX_BRANCHES:
-            return 0
-        keep = self._reuse(input_ids)
-        position = keep
-        while position < len(input_ids) and not cancel.is_set():
-            end = min(position + chunk, len(input_ids))
-            reached = self._run(input_ids[position:end], position, last_output=end == len(input_ids), cancel=cancel)
-            if reached < end:
-                return reached - keep
-            position = reached
-        if position == len(input_ids) and position > keep:
-            self._ready = (list(input_ids), self._hidden(self._last_row), self._logits(self._last_row))
-        return position - keep
-
-    def continuation_logits(self, prompt: list[int], target: list[int]) -> np.ndarray:
-        """The logits that score `target` written after `prompt` (row k predicts target[k]). The
-        prompt's cells stay for the next prompt that shares its head; the target's are removed."""
+    def continuation_logits(self, prompt: list[int], target: list[int], exact: bool = True) -> np.ndarray:
+        """The logits that score `target` written after `prompt` (row k predicts target[k]): with the
+        prompt computed exactly, or (`exact=False`) as a keystroke would bring the cache to it, moved
+        cells and all. The prompt's cells stay for the next prompt that shares its head; the
+        target's are removed."""
+        if exact:
+            self.make_exact()
         _, first = self.prefill_hidden(prompt)
         past, rows = len(self.tokens), [first]
         for start in range(0, len(target) - 1, BATCH):
@@ -419,6 +384,7 @@ class LlamaCppRuntime(OnePromptCache):
     def clear(self) -> None:
         self._ready = None
         if not self.closed:
+            self._drop_parked()
             self._crop(0)
 
     def parameters(self) -> int:
@@ -432,7 +398,7 @@ class LlamaCppRuntime(OnePromptCache):
                 "kernel_classes_cached": getattr(self, "kernels_cached", False), "lossless": self.lossless,
                 "padding_cost": self.padding_cost,
                 "max_branches": self.max_branches, "branches_difference": getattr(self, "branches_difference", None),
-                "class_differences": self.class_differences, "pass_ms_at_load": {
+                "class_differences": self.class_differences, "moved_cells": self.moves_json(), "pass_ms_at_load": {
                     str(rows): ms for rows, ms in self.known_pass_ms.items()}}
 
     def close(self) -> None:

@@ -48,6 +48,8 @@ from ..context.regions import REGION_KINDS
 from ..documents import Document
 from .common import MODEL_HELP, CommandError, add_json_argument, print_result
 from ..bench.context_measures import PROXY_TOKEN, needle_figures, recall_and_match, typing_stability
+from ..bench.keystroke_cells import keystroke_cells, recompute_counts
+from ..bench.keystroke_cells import table as keystroke_table
 from ..bench.suffix_length import suffix_lengths
 from ..bench.suffix_length import table as suffix_table
 
@@ -90,6 +92,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measure only what the text after the cursor is worth by its length in tokens "
                              "(the server's suffix_tokens), e.g. 0,16,32,64,256: the next line's loss under one "
                              "prefix, paired against the longest (--em-positions cursors, --budget)")
+    parser.add_argument("--recompute", type=_recomputes, metavar="R,R,...",
+                        help="measure only what a keystroke's moved cells cost (llama.cpp, a GGUF model): the rest "
+                             "of the true line after a burst, the cache brought there as a keystroke brings it with "
+                             "R tokens of each moved run computed again, against a fresh prefill, e.g. 0,4,8,16,32,all "
+                             "(--em-positions cursors, half inside functions, half at their end)")
+    parser.add_argument("--burst-chars", type=_burst, default=(1, 6), metavar="MIN,MAX",
+                        help="with --recompute: characters typed in the burst (default 1,6)")
+    parser.add_argument("--suffix-tokens", type=int, default=256,
+                        help="with --recompute: the server's suffix_tokens (default 256)")
     parser.add_argument("--cursors-out", metavar="FILE",
                         help="write each next-line cursor's results to FILE (JSON lines: one a cursor and "
                              "budget, per context)")
@@ -114,6 +125,23 @@ def _lengths(value: str) -> list[int]:
     if len(lengths) < 2 or min(lengths) < 0:
         raise argparse.ArgumentTypeError(f"{value!r}: give two or more token counts of 0 or more, e.g. 0,32,256")
     return lengths
+
+
+def _recomputes(value: str) -> list[int]:
+    try:
+        return recompute_counts(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r}: give token counts of 0 or more, or all, e.g. 0,8,16,all") from None
+
+
+def _burst(value: str) -> tuple[int, int]:
+    try:
+        low, high = (int(v) for v in value.split(","))
+    except ValueError:
+        low = high = 0
+    if not 1 <= low <= high:
+        raise argparse.ArgumentTypeError(f"{value!r}: give MIN,MAX characters, 1 <= MIN <= MAX, e.g. 1,6")
+    return low, high
 
 
 def proxy_tokens(text: str) -> list[str]:
@@ -160,6 +188,12 @@ def run(args: argparse.Namespace) -> int:
     if args.cursors_out:
         Path(args.cursors_out).write_text("", encoding="utf-8")  # this run's cursors only
     budgets, args.budget = args.budget, args.budget[0]  # needles and typing: at the first budget
+    if args.recompute:
+        if engine is None:
+            raise CommandError("--recompute scores the true line with a model: leave out --no-model")
+        out = keystroke_cells(files, args, count_tokens, engine, random.Random(args.seed), args.recompute)
+        print_result(out, args.json, keystroke_table, cpu=True)
+        return 0
     if args.suffix_lengths:
         if engine is None:
             raise CommandError("--suffix-lengths scores the next line with a model: leave out --no-model")

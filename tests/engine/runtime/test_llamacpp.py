@@ -278,3 +278,120 @@ def test_a_cancelled_prefill_stops_part_way_and_keeps_only_cells_it_computed(run
     assert runtime.L.llama_memory_seq_pos_max(runtime.memory, 0) + 1 == len(runtime.tokens)  # no cell past them
     _, logits = runtime.prefill_hidden(ids)  # goes on from where it stopped
     assert int(logits.argmax()) == int(expected.argmax()) and np.allclose(logits, expected, atol=1e-3)
+
+
+# --- a keystroke's moved cells (llamacpp_prompt.py) -------------------------------------------------
+
+def fim_ids(runtime, prefix: str, suffix: str) -> list[int]:
+    """A FIM-shaped prompt: the suffix behind the prefix, then one token the logits are read after."""
+    encode = runtime.tokenizer.encode
+    return encode(prefix) + [7] + encode(suffix) + [8]
+
+
+def seq0_holds_its_tokens(runtime) -> bool:
+    L, memory = runtime.L, runtime.memory
+    return (L.llama_memory_seq_pos_min(memory, 0) == 0
+            and L.llama_memory_seq_pos_max(memory, 0) + 1 == len(runtime.tokens))
+
+
+SUFFIX = TEXT * 2
+
+
+def test_a_key_before_the_suffix_computes_the_typed_tokens_and_the_runs_first_tokens_only(runtime):
+    runtime.clear()
+    runtime.recompute = 8
+    old = fim_ids(runtime, TEXT + "def mean(items):\n    return ", SUFFIX)
+    new = fim_ids(runtime, TEXT + "def mean(items):\n    return total(items)", SUFFIX)
+    runtime.prefill_hidden(old)
+    _, moved = runtime.prefill_hidden(new)
+    typed = len(new) - len(old)
+    assert runtime.tokens == new and seq0_holds_its_tokens(runtime)
+    assert runtime.last_computed <= typed + 2 + 8 + 1  # the typed tokens (and the one healed), R, the last
+    assert runtime.stale_from is not None and runtime.stale_from < len(new) - 1
+    runtime.clear()
+    _, fresh = runtime.prefill_hidden(new)
+    assert np.corrcoef(moved, fresh)[0, 1] > 0.9 and not np.allclose(moved, fresh, atol=1e-3)  # near, not exact
+    runtime.recompute = None  # every prompt exact: the same path computes all after the common prefix
+    runtime.clear()
+    runtime.prefill_hidden(old)
+    _, exact = runtime.prefill_hidden(new)
+    assert runtime.stale_from is None and np.allclose(exact, fresh, atol=1e-3)
+    runtime.recompute = 16
+
+
+def test_a_pause_makes_the_moved_cells_exact_and_a_key_stops_it_losing_at_most_a_chunk(runtime):
+    import threading
+
+    old = fim_ids(runtime, TEXT + "def mean(items):\n    ", SUFFIX)
+    new = fim_ids(runtime, TEXT + "def mean(items):\n    n = count(items)\n    ", SUFFIX)
+    runtime.clear()
+    _, fresh = runtime.prefill_hidden(new)
+    runtime.clear()
+    runtime.prefill_hidden(old)
+    runtime.prefill_hidden(new)
+    runtime.append(5)  # what a suggestion generated: dropped by the refresh
+    stale = runtime.stale_from
+    stopped = threading.Event()
+    stopped.set()
+    assert runtime.refresh(stopped) == 0 and runtime.stale_from == stale  # a key came first: nothing done
+    key = threading.Event()
+    decode = runtime._decode_padded
+
+    def one_chunk_then_a_key(items):
+        decode(items)
+        key.set()
+
+    runtime._decode_padded = one_chunk_then_a_key
+    try:
+        done = runtime.refresh(key, chunk=16)  # a key during the first chunk: it is kept, no more
+    finally:
+        del runtime._decode_padded
+    assert done == 16 and runtime.stale_from == stale + 16 and seq0_holds_its_tokens(runtime)
+    done = runtime.refresh(threading.Event(), chunk=16)
+    assert runtime.stale_from is None and runtime.tokens == new and seq0_holds_its_tokens(runtime)
+    assert done == len(new) - stale - 16
+    _, logits = runtime.prefill_hidden(new)  # the refresh's own logits, waiting for this very prompt
+    assert np.allclose(logits, fresh, atol=1e-3)
+    assert runtime.moves_json()["refreshed_tokens"] >= done
+
+
+def test_a_stopped_keystroke_parks_its_moved_runs_for_the_next(runtime):
+    import threading
+
+    from memosight.engine.runtime import Interrupted
+
+    runtime.clear()
+    old = fim_ids(runtime, TEXT * 3 + "def mean(items):\n    return ", SUFFIX)
+    runtime.prefill_hidden(old)
+    new = fim_ids(runtime, TEXT * 3 + "def mean(items):\n    return total(items) / count(items)\n\n\ndef " * 3, SUFFIX)
+    stopped = threading.Event()
+    stopped.set()
+    with pytest.raises(Interrupted):
+        runtime.prefill_hidden(new, stopped)
+    [parked] = runtime.parked
+    assert seq0_holds_its_tokens(runtime) and len(parked.tokens) > 64  # the suffix, waiting
+    moved_before = runtime.moved_tokens
+    runtime.prefill_hidden(new)
+    assert not runtime.parked and runtime.tokens == new and seq0_holds_its_tokens(runtime)
+    assert runtime.moved_tokens - moved_before == len(parked.tokens) - runtime.recompute  # moved on from where it waited
+
+
+def test_speculative_decoding_after_moved_cells_equals_plain_greedy_on_the_same_cache(embedded_gguf, tmp_path,
+                                                                                     monkeypatch):
+    from memosight.engine import load_engine
+    from memosight.engine.runtime import llamacpp_kernels
+
+    monkeypatch.setenv("MEMOSIGHT_CACHE", str(tmp_path))
+    monkeypatch.setattr(llamacpp_kernels, "PADDING_PAYS", 100.0)
+    engine = load_engine(str(embedded_gguf), runtime="llamacpp")
+    rt = engine.runtime
+    old = engine.prompt_ids(TEXT * 3 + "def mean(items):\n    return ", "\n\n" + TEXT)
+    new = engine.prompt_ids(TEXT * 3 + "def mean(items):\n    return total(items) / ", "\n\n" + TEXT)
+    runs = {}
+    for speculative in (False, True):
+        rt.clear()
+        rt.prefill_hidden(old)
+        runs[speculative] = list(engine._tokens(new, 40, engine.eos_ids, None, speculative))
+        assert rt.moves_json()["moved_tokens"] > 0
+    assert runs[True] == runs[False]
+    assert engine.status()["moved_cells"]["on"] is True
