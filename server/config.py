@@ -51,6 +51,9 @@ class Settings:
     speculative: bool = True  # speculative decoding (identical output, faster)
     token_healing: bool = True  # end the prompt at a token boundary; the model first writes the text cut off
     prefill_on_edit: bool = True  # compute the likely next prompt as soon as an edit lands
+    # every prompt computed exactly; else (llama.cpp) a keystroke moves the cells of text that only
+    # moved, past their first tokens, and a pause makes them exact (engine/runtime/llamacpp_prompt.py)
+    exact_prompt: bool = False
     prefetch: bool = True  # compute the suggestion that follows taking the one on screen, while it is read
     kv_cache_mb: int = 256  # memory bound of the cross-request KV prefix cache
     latency_budget_ms: int = 100  # after this a completion ends (multi-line: at its last complete line; 0 = off)
@@ -184,6 +187,7 @@ VALIDATORS = {
     "speculative": _bool,
     "token_healing": _bool,
     "prefill_on_edit": _bool,
+    "exact_prompt": _bool,
     "prefetch": _bool,
     "kv_cache_mb": _int_range(0, 65536),
     "latency_budget_ms": _int_range(0, 60000),

@@ -205,7 +205,7 @@ class LlamaCppRuntime(PromptCells, OnePromptCache):
         self.L.llama_memory_seq_rm(self.memory, 0, length, -1)
         self.tokens = self.tokens[:length]
         if self.stale_from is not None and self.stale_from >= length:
-            self.stale_from = None
+            self.stale_from, self.drift = None, 0
 
     def _run(self, ids: list[int], start: int, last_output: bool = True, cancel=None) -> int:
         """`ids` decoded into sequence 0 from position `start`, BATCH at a time; the last asks for

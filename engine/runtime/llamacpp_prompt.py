@@ -32,6 +32,9 @@ MAX_MOVES = 8  # runs moved at most per prompt (each parks in a sequence of its 
 # Tokens of each moved run computed again against the new text. Measured (Qwen2.5-Coder-0.5B Q4_K_M,
 # held-out code, `memosight bench context --recompute`): docs/BENCHMARKS.md, "A keystroke's moved cells".
 RECOMPUTE = 16
+# Tokens typed before moved cells, since they were exact, after which a key computes them all: the
+# staleness bound when the user types on without a pause (the pause's refresh is the usual way).
+MAX_DRIFT = 64
 
 
 class PromptCells:
@@ -45,6 +48,7 @@ class PromptCells:
         self.stale_from: int | None = None  # the first position whose cells an older text computed
         self.prompt_len = 0  # the last prompt's length (sequence 0 holds generated tokens after it)
         self.parked: list[Source] = []  # runs a stopped prefill left parked, at their new positions
+        self.drift = 0  # tokens computed before stale cells since they were exact (MAX_DRIFT)
         self.last_computed = 0  # tokens the last prefill computed
         self.moved_tokens = 0  # figures: cells moved into place, cells refreshed
         self.refreshed_tokens = 0
@@ -54,9 +58,13 @@ class PromptCells:
     def _bring_to(self, input_ids: list[int], cancel=None) -> int:
         """Sequence 0 brought to `input_ids`; returns how far it got (less where `cancel` stopped
         it). The last token is always computed: its logits are what a prefill is for."""
+        if self.stale_from is not None and self.drift > MAX_DRIFT:
+            self.make_exact()  # typed on too long without a pause: this key computes it all
         keep = len(commonprefix([self.tokens, input_ids])) if self.reuse else 0
         keep = min(keep, len(input_ids) - 1)
         moves = self._plan(input_ids, keep)
+        if moves:
+            self.drift += max(0, moves[0].new_start - self.recompute - keep)
         self._park(moves, keep)
         stale = self.stale_from if self.stale_from is not None and self.stale_from < keep else None
         self.last_computed = 0
@@ -75,6 +83,8 @@ class PromptCells:
                 reached = got
                 break
         self.stale_from = stale if stale is not None and stale < len(self.tokens) else None
+        if self.stale_from is None:
+            self.drift = 0
         if reached == len(input_ids):
             self.prompt_len = len(input_ids)
         return reached
@@ -184,6 +194,7 @@ class PromptCells:
             L.llama_memory_seq_rm(memory, scratch, -1, -1)
             done += stop - start
             self.stale_from = None if last else stop
+            self.drift = 0 if last else self.drift
             if last:
                 self._ready = (list(self.tokens), self._hidden(self._last_row), self._logits(self._last_row))
         self.refreshed_tokens += done
@@ -207,5 +218,5 @@ class PromptCells:
             self._crop(self.stale_from)
 
     def moves_json(self) -> dict:
-        return {"recompute": self.recompute, "stale_from": self.stale_from, "moved_tokens": self.moved_tokens,
-                "refreshed_tokens": self.refreshed_tokens}
+        return {"recompute": self.recompute, "stale_from": self.stale_from, "drift": self.drift,
+                "moved_tokens": self.moved_tokens, "refreshed_tokens": self.refreshed_tokens}

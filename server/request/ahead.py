@@ -1,10 +1,12 @@
 """Model runs done before a request asks for them, on the engine thread: the warm-up of a prompt
-(after an edit, on entering a file) and the prefetch of the suggestion that follows taking the one
-on screen. Both run through runs.py; this module decides when. A request for other text stops them;
-a request typed along a prefetch joins it."""
+(after an edit, on entering a file), the prefetch of the suggestion that follows taking the one on
+screen, and, when the user pauses, the refresh that makes exact what keystrokes reused approximately
+(the engine's moved cells). Warm-ups and prefetches run through runs.py; this module decides when. A
+request for other text stops them; a request typed along a prefetch joins it."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -14,7 +16,15 @@ from ..documents import Document
 from .completion_cache import CompletionCache
 from .engine_choice import EngineHolder
 from .records import Counters, Ticket
+from .pause import PauseWatcher
 from .runs import Runs
+
+log = logging.getLogger(__name__)
+
+# No edit for this long is a pause: keys within a burst come 60-250 ms apart (the typists the
+# benchmarks replay: server/bench/typist.py), so a refresh starts only between bursts; one that
+# starts early costs little, as the next key stops it within a node of llama.cpp's graph.
+REFRESH_AFTER_S = 0.3
 
 
 class Ahead:
@@ -26,6 +36,9 @@ class Ahead:
         self._counters, self._ensure_engine = counters, ensure_engine
         # uri -> its pending warm-up: (its cancel event, the text and cursor it warms)
         self._warm_ups: dict[str, tuple[threading.Event, str, int]] = {}
+        self._refresh: threading.Event | None = None  # the pending refresh's cancel event
+        self._refresh_lock = threading.Lock()
+        self._pause = PauseWatcher(REFRESH_AFTER_S, self._paused)
         self.stopped = False
 
     # --- prefetch: the suggestion after the one on screen ---------------------------------------
@@ -53,9 +66,11 @@ class Ahead:
         the request then finds its prompt (mostly) computed. A newer edit or the request itself
         stops it between chunks."""
         self.stop_warm_up(doc.uri)
+        self.stop_refresh()
         self._runs.stop_prefetch_unless_at(doc.uri, doc.text, cursor)
         if not settings.prefill_on_edit or self.stopped:
             return
+        self._pause.edited()
         cancel = threading.Event()
         self._warm_ups[doc.uri] = (cancel, doc.text, cursor)
         self._counters.warm_ups += 1
@@ -71,9 +86,38 @@ class Ahead:
     def stop_warm_ups(self, keep: Ticket | None = None) -> None:
         """Every warm-up stops (a llama.cpp prefill at once, the rest between chunks), but the one of
         `keep`'s very text and cursor: it computes that request's prompt, which would start it again."""
+        self.stop_refresh()
         for uri, (_, text, cursor) in list(self._warm_ups.items()):
             if keep is None or uri != keep.seen.uri or text is not keep.seen.text or cursor != keep.cursor:
                 self.stop_warm_up(uri)
+
+    # --- refresh: a pause makes exact what keystrokes reused approximately -----------------------
+
+    def _paused(self) -> None:
+        """No edit for REFRESH_AFTER_S: the engine, after what it is asked already, computes again
+        the cells keystrokes moved into place (llama.cpp: runtime/llamacpp_prompt.py). The next
+        edit or request stops it."""
+        engine = self._engine.ready()
+        if engine is None or self.stopped:
+            return
+        cancel = threading.Event()
+        with self._refresh_lock:
+            if self._refresh is not None:
+                self._refresh.set()
+            self._refresh = cancel
+        self._counters.refreshes += 1
+        self._engine.submit(_refresh, engine, cancel)
+
+    def stop_refresh(self) -> None:
+        with self._refresh_lock:
+            if self._refresh is not None:
+                self._refresh.set()
+                self._refresh = None
+
+    def close(self) -> None:
+        self.stopped = True
+        self.stop_refresh()
+        self._pause.close()
 
     def forget(self, uri: str) -> None:
         self.stop_warm_up(uri)
@@ -85,3 +129,13 @@ class Ahead:
     def holds(self, uri: str) -> bool:
         """Whether a warm-up or a prefetch of `uri` is pending."""
         return uri in self._warm_ups or self._runs.running(uri, source="prefetch")
+
+
+def _refresh(engine, cancel: threading.Event) -> None:
+    refresh = getattr(engine, "refresh", None)  # an engine from before the protocol had it: nothing to do
+    if cancel.is_set() or refresh is None:
+        return
+    try:
+        refresh(cancel)
+    except Exception:  # noqa: BLE001 - a failed refresh leaves the cells as the keystrokes left them
+        log.exception("making the moved cells exact failed")

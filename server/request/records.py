@@ -117,6 +117,7 @@ class Counters:
     typed_through: int = 0  # answered from the rest of the suggestion being typed, no model call
     joined: int = 0  # waited for a running generation that the typed text still matched
     warm_ups: int = 0  # prompts prefilled ahead: after an edit, on entering a file
+    refreshes: int = 0  # pauses in which what keystrokes reused approximately was made exact
     first_lines: int = 0  # answered with a multi-line run's first line while the rest was still written
     prefetched: int = 0  # suggestions computed ahead for the text after taking the one on screen
     streamed: int = 0  # requests whose text the editor showed while it was written (a Tab may take it then)
@@ -151,7 +152,8 @@ class Counters:
         return {
             "requests": self.requests, "completed": self.completed, "empty": self.empty,
             "cancelled": self.cancelled, "superseded": self.superseded, "typed_through": self.typed_through,
-            "joined": self.joined, "first_lines": self.first_lines, "warm_ups": self.warm_ups, "prefetched": self.prefetched,
+            "joined": self.joined, "first_lines": self.first_lines, "warm_ups": self.warm_ups, "refreshes": self.refreshes,
+            "prefetched": self.prefetched,
             "streamed": self.streamed, "accepted": self.accepted,
             "accepted_chars": self.accepted_chars, "errors": self.errors,
             "latency_ms": {"last": round(self.latencies_ms[-1], 2) if lat else None,

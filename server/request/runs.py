@@ -141,7 +141,8 @@ class Runs:
         if doc.text is not ticket.seen.text:
             return None
         # Settings that change without reloading the model; an engine makes repeating them cheap.
-        engine.configure(EngineSettings(speculative=settings.speculative, kv_cache_bytes=settings.kv_cache_mb * 2**20))
+        engine.configure(EngineSettings(speculative=settings.speculative, kv_cache_bytes=settings.kv_cache_mb * 2**20,
+                                        exact_prompt=settings.exact_prompt))
         view, view_cursor = doc.around(cursor)  # a large file: a window of it
         ending = completion_ending(view, view_cursor, settings)
         context = self._context.for_request(engine, view, view_cursor, settings, timeline.mark)

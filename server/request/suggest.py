@@ -275,4 +275,4 @@ class Suggester:
     def _stop_all(self) -> None:
         self.runs.stop_all()
         self.ahead.stop_warm_ups()
-        self.ahead.stopped = True  # and no more work ahead of requests
+        self.ahead.close()  # and no more work ahead of requests

@@ -19,6 +19,7 @@ export const SERVER_SETTING_KEYS = [
   "speculative",
   "tokenHealing",
   "prefillOnEdit",
+  "exactPrompt",
   "prefetch",
   "kvCacheMb",
   "latencyBudgetMs",

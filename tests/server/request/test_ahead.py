@@ -54,3 +54,30 @@ def test_a_request_stops_the_warm_ups_of_other_text_but_not_the_one_computing_it
     suggester.ahead.stop_warm_ups(keep=Ticket.of(doc, 11))  # another cursor: its warm-up is not this prompt
     assert engine.prefills[0].cancel.is_set()
     suggester.close()
+
+
+def test_a_pause_after_edits_asks_the_engine_to_refresh_and_the_next_edit_stops_it(scripted_engine, monkeypatch):
+    import threading
+
+    from memosight.server.request import ahead
+
+    monkeypatch.setattr(ahead, "REFRESH_AFTER_S", 0.05)
+    engine = scripted_engine("x")
+    refreshing, stopped = threading.Event(), threading.Event()
+
+    def refresh(cancel):  # a refresh that runs until the next edit stops it
+        refreshing.set()
+        stopped.set() if cancel.wait(5) else None
+        return 0
+
+    engine.refresh = refresh
+    suggester = Suggester(lambda settings: engine)
+    doc = Document("file:///a.py", "def f(x):\n    return x\n", "python", 1)
+    settings = Settings(prefetch=False)
+    suggester.ensure_engine(settings).result(timeout=10)
+    for cursor in (10, 11, 12):  # keys: no pause between them
+        suggester.ahead.warm(doc, cursor, settings)
+    assert refreshing.wait(5) and suggester.counters.refreshes == 1  # one pause, one refresh
+    suggester.ahead.warm(doc, 13, settings)  # the next key
+    assert stopped.wait(5)
+    suggester.close()

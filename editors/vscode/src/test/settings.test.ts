@@ -80,6 +80,7 @@ test("contributed defaults are the server's defaults", () => {
     speculative: true,
     tokenHealing: true,
     prefillOnEdit: true,
+    exactPrompt: false,
     prefetch: true,
     kvCacheMb: 256,
     latencyBudgetMs: 100,
