@@ -460,8 +460,8 @@ class LocalEngine:
             return "the model's cache drops old positions (sliding window): no tree to verify"
         if not self.can_speculate:
             return ("llama.cpp sums one row apart from a batch here (llamafile's kernels): plain decoding keeps "
-                    "the tokens exact; to speculate, reinstall llama-cpp-python with CMAKE_ARGS=\"-DGGML_LLAMAFILE=OFF\" "
-                    "(slower prompts)")
+                    "the tokens exact; to speculate, reinstall llama-cpp-python: CMAKE_ARGS=\"-DGGML_LLAMAFILE=OFF\" "
+                    "pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36 (slower prompts)")
         return None
 
     def close(self) -> None:

@@ -63,9 +63,8 @@ class PromptCells:
         keep = len(commonprefix([self.tokens, input_ids])) if self.reuse else 0
         keep = min(keep, len(input_ids) - 1)
         moves = self._plan(input_ids, keep)
-        if moves:
-            self.drift += max(0, moves[0].new_start - self.recompute - keep)
-        self._park(moves, keep)
+        drift = self.drift + (max(0, moves[0].new_start - self.recompute - keep) if moves else 0)
+        self._park(moves, keep)  # (the crop there forgets the old cells' drift: they move on with it)
         stale = self.stale_from if self.stale_from is not None and self.stale_from < keep else None
         self.last_computed = 0
         reached = len(input_ids)
@@ -83,8 +82,7 @@ class PromptCells:
                 reached = got
                 break
         self.stale_from = stale if stale is not None and stale < len(self.tokens) else None
-        if self.stale_from is None:
-            self.drift = 0
+        self.drift = drift if self.stale_from is not None else 0
         if reached == len(input_ids):
             self.prompt_len = len(input_ids)
         return reached

@@ -48,18 +48,20 @@ def keystroke_cells(files: list[Document], args, count_tokens, engine, rng: rand
         if min(t.n for by in tallies.values() for t in by.values()) >= args.em_positions // 2:
             break
         true_line, current, cursor = line_being_written(doc, row)
-        group = where(current, cursor, row)
         body = true_line.lstrip()
         indent = true_line[:len(true_line) - len(body)]
         burst = rng.randint(low, high)
-        if group not in tallies or tallies[group]["fresh"].n >= args.em_positions // 2 or len(body) < burst + 4:
+        if len(body) < burst + 4:
             continue
         typed = rng.randint(burst, len(body) - 4)  # at least 4 characters left to score
+        docs = [(Document(doc.uri, current.text[:cursor] + indent + body[:chars] + current.text[cursor:], doc.language),
+                 cursor + len(indent) + chars) for chars in (typed - burst, typed)]
+        group = where(docs[1][0], docs[1][1], row)  # with the line partly typed, in its function
+        if group not in tallies or tallies[group]["fresh"].n >= args.em_positions // 2:
+            continue
         prompts = []
-        for chars in (typed - burst, typed):
-            text = current.text[:cursor] + indent + body[:chars] + current.text[cursor:]
-            packed = compressor.build(Document(doc.uri, text, doc.language), cursor + len(indent) + chars,
-                                      args.budget, share, count_tokens)
+        for text, at in docs:
+            packed = compressor.build(text, at, args.budget, share, count_tokens)
             prompts.append((packed.prefix, packed.suffix))
         rest = body[typed:]
         for name, r in [("fresh", None)] + [(label(r), r) for r in recomputes]:

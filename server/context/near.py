@@ -44,6 +44,9 @@ def function_rows(language: str, text: str, tree, cursor: int, cursor_row: int) 
     decorators and `export` included), or (None, None) outside any function."""
     spec = languages.spec_for(language)
     outer = _outermost_function(tree, _byte_at(text, cursor), spec.function_types, None)
+    if outer is None and cursor > 0 and text[cursor - 1] not in "\r\n":
+        # at the end of a function's last line: the byte at the cursor (the newline) is outside its node
+        outer = _outermost_function(tree, _byte_at(text, cursor - 1), spec.function_types, None)
     if outer is None and language == "python":
         # A blank line below a function's last statement is still inside it when indented past its `def`.
         line_start = text.rfind("\n", 0, cursor) + 1

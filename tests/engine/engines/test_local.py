@@ -104,6 +104,9 @@ def test_the_local_engine_serves_the_protocol_end_to_end(tiny_model_dir):
     info = engine.status()
     assert info["device"] == "cpu" and info["requests"] >= 1
     assert {"model", "dtype", "speculative", "cache", "latency_ms"} <= info.keys()
+    # the torch runtime computes every token after the common prefix, and says so
+    assert info["moved_cells"]["on"] is False and "llama.cpp" in info["moved_cells"]["why"]
+    assert engine.refresh(threading.Event()) == 0
 
 
 def test_configure_switches_speculation_and_bounds_the_prefix_tree(tiny_model_dir):

@@ -395,3 +395,38 @@ def test_speculative_decoding_after_moved_cells_equals_plain_greedy_on_the_same_
         assert rt.moves_json()["moved_tokens"] > 0
     assert runs[True] == runs[False]
     assert engine.status()["moved_cells"]["on"] is True
+
+
+def test_typing_on_without_a_pause_computes_it_all_once_the_drift_passes_its_bound(runtime, monkeypatch):
+    from memosight.engine.runtime import llamacpp_prompt
+
+    monkeypatch.setattr(llamacpp_prompt, "MAX_DRIFT", 12)
+    runtime.clear()
+    head = TEXT + "def mean(items):\n    "
+    runtime.prefill_hidden(fim_ids(runtime, head, SUFFIX))
+    typed, exact_keys = "", []
+    for word in ["n = ", "count(", "items) ", "# the ", "number ", "of items ", "in the ", "list ", "given\n    "]:
+        typed += word
+        runtime.prefill_hidden(fim_ids(runtime, head + typed, SUFFIX))
+        exact_keys.append(runtime.stale_from is None)
+    assert any(exact_keys[1:]) and not all(exact_keys)  # moved most keys; one past the bound computed it all
+    assert runtime.drift <= 12 + 16
+
+
+def test_the_exact_prompt_setting_turns_moving_off_and_drops_what_was_moved(embedded_gguf, tmp_path, monkeypatch):
+    from memosight.engine import load_engine
+    from memosight.engine.protocol import EngineSettings
+
+    monkeypatch.setenv("MEMOSIGHT_CACHE", str(tmp_path))
+    engine = load_engine(str(embedded_gguf), runtime="llamacpp")
+    rt = engine.runtime
+    rt.prefill_hidden(engine.prompt_ids(TEXT + "def mean(items):\n    return ", "\n\n" + TEXT))
+    rt.prefill_hidden(engine.prompt_ids(TEXT + "def mean(items):\n    return total", "\n\n" + TEXT))
+    assert rt.stale_from is not None and engine.status()["moved_cells"]["on"] is True
+    engine.configure(EngineSettings(exact_prompt=True))
+    status = engine.status()["moved_cells"]
+    assert rt.stale_from is None and status["on"] is False and status["why"] == "exact_prompt = true"
+    rt.prefill_hidden(engine.prompt_ids(TEXT + "def mean(items):\n    return total(", "\n\n" + TEXT))
+    assert rt.stale_from is None  # computed exactly
+    engine.configure(EngineSettings())
+    assert rt.recompute == 16

@@ -121,3 +121,25 @@ def test_the_suffix_lengths_are_scored_under_one_prefix_and_paired_against_the_l
         low, high = figures[n]["ci95"]
         assert low <= figures[n]["loss_minus_longest"] <= high
     assert set(out["by_cursor"]) - {"all"} <= {"mid_function", "function_end", "outside"}
+
+
+def test_the_recompute_mode_scores_a_keystrokes_moved_cells_against_a_fresh_prefill(tmp_path, embedded_gguf,
+                                                                                    capsys):
+    body = "".join(f"def step_{i}(items):\n    \"\"\"Step {i}.\"\"\"\n    total = 0\n    for item in items:\n"
+                   f"        total += item * {i}\n    return total\n\n\n" for i in range(50))
+    (tmp_path / "mod.py").write_text("import math\n\n\n" + body)
+    assert main(["bench", "context", "--corpus", str(tmp_path), "--budget", "256", "--model", str(embedded_gguf),
+                 "--em-positions", "4", "--recompute", "0,8,all", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["burst_chars"] == [1, 6] and set(out["by_cursor"]) == {"mid_function", "function_end"}
+    assert out["by_cursor"]["mid_function"]["fresh"]["cursors"] == 2  # (these functions end in `return`: outside)
+    for rows in out["by_cursor"].values():
+        assert list(rows) == ["fresh", "0", "8", "all"]
+        cursors = rows["fresh"]["cursors"]
+        assert all(r["cursors"] == cursors for r in rows.values())
+        if cursors:
+            assert all(r["loss"] > 0 and r["greedy_right"] >= 0 for r in rows.values())
+            assert abs(rows["all"]["vs_fresh_pct"]) < 2  # the same path, all computed: fresh's loss
+            low, high = rows["0"]["ci95"]
+            assert low <= rows["0"]["minus_fresh"] <= high
+    assert out["chosen"] in (None, "0", "8", "all")

@@ -15,7 +15,7 @@ def test_how_a_server_left_is_told():
 
 def test_a_short_fuzz_run_and_a_stalled_client_pass_every_check(capsys):
     code = main(["bench", "fuzz", "--seeds", "1", "--messages", "600", "--huge-mb", "1",
-                 "--stalled-requests", "2000", "--stall-s", "4", "--json"])
+                 "--stalled-requests", "6000", "--stall-s", "4", "--json"])
     result = json.loads(capsys.readouterr().out)
     (run,) = result["runs"]
     assert code == 0 and result["all_checks_passed"] and run_passed(run), result
@@ -31,7 +31,10 @@ def test_a_short_fuzz_run_and_a_stalled_client_pass_every_check(capsys):
     assert run["peak_rss_mb"] > 0 and run["memory_reports"] > 3 and run["memory_at_peak"]["rss_mb"] > 0
     assert "documents" in run["memory_at_peak"]
     stalled = result["stalled_client"]
-    assert stalled["answered_once"] == 2000 and stalled["unanswered"] == 0
-    assert stalled["sent_during_stall"] < 2000  # the server stopped reading while its answers waited: backpressure
+    assert stalled["answered_once"] == 6000 and stalled["unanswered"] == 0
+    # The server stopped reading while its answers waited (backpressure): what got through is what the
+    # pipes and the server's read buffer hold, ~1,100 requests here whatever the machine's speed (a
+    # busy machine only sends fewer); 6,000 sent leaves that bound far from the total.
+    assert stalled["sent_during_stall"] < 3000
     table = render(result)
     assert "every check passed" in table and "p50" in table and "stdin closed -> exit code 0" in table

@@ -20,6 +20,9 @@ def test_the_function_around_the_cursor_and_an_error_at_it():
     cursor = text.index("y = x")
     assert function_rows("python", text, doc.tree, cursor, 5) == (3, 7)  # from its decorator
     assert function_rows("python", text, doc.tree, text.index("z = 1"), 10) == (None, None)
+    end_of_last_line = text.index("return y") + len("return y")  # where one types a function's last line
+    assert function_rows("python", text, doc.tree, end_of_last_line, 7) == (3, 7)
+    assert function_rows("python", text, doc.tree, text.index("z = 1") + 5, 10) == (None, None)
     assert not error_near(doc.tree, text, cursor)
     broken = text.replace("y = x", "y = (x")
     assert error_near(Document("file:///b.py", broken, "python").tree, broken, broken.index("y = (x") + 5)
