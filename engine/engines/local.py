@@ -12,7 +12,6 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 
 from ..decoding.speculate import Speculator, greedy_tokens
 from ..drafts import build_drafters
@@ -25,6 +24,7 @@ from ..runtime.llamacpp_prompt import RECOMPUTE
 from ..text.fim import PLAIN, FimTemplate, Prompt, detect_template, end_token_ids, read_model_options, render
 from ..text.healing import TokenBytes, back_up, last_word_chars
 from ..text.stops import StreamState, stream_text
+from .measures import Measures
 from .token_streams import ConfidentTokens, TimedIterator
 
 if TYPE_CHECKING:  # torch is imported where a torch model runs: an engine on llama.cpp never loads it
@@ -59,7 +59,7 @@ def _torch_runtime(model):
     return TorchRuntime(model, kv.PromptCache(kv.PrefixTree()))
 
 
-class LocalEngine:
+class LocalEngine(Measures):
     """Implements the Engine protocol in this process; `generate` and `complete` are the Python API."""
 
     # Below this many new tokens a verification pass cannot pay for itself.
@@ -344,67 +344,6 @@ class LocalEngine:
             stop = StopRule(single_line=single_line, suffix_line=line_rest)
         return self.stream(CompletionRequest(prefix, suffix, language, max_new_tokens, stop)).result()
 
-    def continuation_loss(self, prefix: str, suffix: str, continuation: str) -> tuple[float, int]:
-        """Negative log-likelihood (summed, nats) and token count of `continuation` written at the
-        cursor between `prefix` and `suffix`: how well a context predicts the true text, a finer
-        measure than exact match when a small model rarely gets a whole line right."""
-        prompt, target = self.prompt_ids(prefix, suffix), self.encode(continuation)
-        if not target:
-            return 0.0, 0
-        if self.model is None and hasattr(self.runtime, "continuation_logits"):  # llama.cpp: its own kernels
-            with self._lock:
-                logits = self.runtime.continuation_logits(prompt, target)
-            return _nll(logits, target), len(target)
-        self._needs_torch("continuation_loss")
-        import torch
-
-        ids = torch.tensor([prompt + target], device=self.device)
-        threads = self.prompt_cache.prefill_threads  # a whole prompt at once: on the cores a prefill uses
-        with self._lock, threads.fastest() if threads else contextlib.nullcontext(), torch.inference_mode():
-            logits = self.model(ids).logits[0, len(prompt) - 1:-1].float()
-            loss = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):], reduction="sum")
-        return float(loss), len(target)
-
-    def keystroke_loss(self, before: tuple[str, str], after: tuple[str, str], continuation: str,
-                       recompute: int | None) -> tuple[float, int, int]:
-        """The true `continuation`'s NLL (nats, summed), its tokens, and how many of its first
-        tokens greedy decoding gets right, at the cursor `after` (prefix, suffix) with the cache
-        brought there from the prompt at `before` as a keystroke brings it: runs that moved reused
-        past their first `recompute` tokens (llamacpp_prompt.py). `recompute=None`: a fresh prefill.
-        llama.cpp only: the torch runtimes compute every token after the common prefix."""
-        if not hasattr(self.runtime, "recompute"):
-            raise EngineError("moved cells are reused on llama.cpp only: load a GGUF model with runtime = \"llamacpp\"")
-        target = self.encode(continuation)
-        if not target:
-            return 0.0, 0, 0
-        with self._lock:
-            runtime, kept = self.runtime, self.runtime.recompute
-            try:  # what the cache holds exactly stays (the prompts' common head): the rest is computed
-                runtime.make_exact()
-                if recompute is not None:
-                    runtime.recompute = None
-                    runtime.prefill_hidden(self.prompt_ids(*before))
-                    runtime.recompute = recompute
-                logits = runtime.continuation_logits(self.prompt_ids(*after), target, exact=recompute is None)
-            finally:
-                runtime.recompute = kept
-        right = next((k for k, row in enumerate(logits) if int(row.argmax()) != target[k]), len(target))
-        return _nll(logits, target), len(target), right
-
-    def line_attention(self, text: str, rows: list[int], query_lines: int = 8,
-                       window_tokens: int = 1024) -> dict[int, tuple[int, list[float]]]:
-        """The attention the lines above each of `rows` pay to the lines before them (attention.py)."""
-        self._needs_torch("line_attention")
-        from ..decoding.attention import line_attention
-
-        with self._lock:
-            return line_attention(self.model, self.encode, text, rows, query_lines, window_tokens)
-
-    def _needs_torch(self, what: str) -> None:
-        if self.model is None:
-            raise EngineError(f"{what} reads the model's own tensors: load it with runtime = \"torch\" "
-                              f"(this engine runs on {self.runtime.name})")
-
     # --- status ---------------------------------------------------------------------------------
 
     def info(self) -> EngineInfo:
@@ -480,10 +419,3 @@ class LocalEngine:
 
                 torch.cuda.empty_cache()
 
-
-def _nll(logits: np.ndarray, target: list[int]) -> float:
-    """The summed negative log-likelihood of `target` under `logits` (row k predicts target[k])."""
-    logits = logits.astype(np.float64)
-    top = logits.max(axis=1)
-    log_z = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
-    return float((log_z - logits[np.arange(len(target)), target]).sum())

@@ -37,7 +37,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import time
-from os.path import commonprefix  # any two sequences: token ids here
 from pathlib import Path
 
 import numpy as np
