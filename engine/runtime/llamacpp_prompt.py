@@ -29,9 +29,11 @@ from . import Interrupted
 from .moves import Move, Source, pieces, plan
 
 MAX_MOVES = 8  # runs moved at most per prompt (each parks in a sequence of its own)
-# Tokens of each moved run computed again against the new text. Measured (Qwen2.5-Coder-0.5B Q4_K_M,
-# held-out code, `memosight bench context --recompute`): docs/BENCHMARKS.md, "A keystroke's moved cells".
-RECOMPUTE = 16
+# Tokens of each moved run computed again against the new text: the fewest within 1% of a fresh
+# prefill's loss with its greedy agreement, at cursors inside functions and at their end (Qwen2.5-
+# Coder-0.5B Q4_K_M, held-out code, `memosight bench context --recompute`; none: +117% and +299%):
+# docs/BENCHMARKS.md, "A keystroke's moved cells".
+RECOMPUTE = 8
 # Tokens typed before moved cells, since they were exact, after which a key computes them all: the
 # staleness bound when the user types on without a pause (the pause's refresh is the usual way).
 MAX_DRIFT = 64
@@ -168,7 +170,8 @@ class PromptCells:
         recomputed. When it finishes, the logits after the prompt wait for a request with it."""
         if self.stale_from is None or self.parked or not self.prompt_len:
             return 0
-        L, memory, scratch, end = self.L, self.memory, self.refresh_seq, self.prompt_len
+        L, memory, scratch = self.L, self.memory, self.refresh_seq
+        end = min(self.prompt_len, len(self.tokens))  # (a stopped prefill holds less)
         self._ready = None
         self._crop(end)
         done = 0

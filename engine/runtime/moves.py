@@ -3,8 +3,8 @@
 A FIM prompt puts the suffix behind the typed text, so a key typed before it moves the suffix's
 tokens along by what was typed; a context move shifts a whole region. Their cells were computed
 against the old text, but most of what they hold is their own tokens' (measured, Qwen2.5-Coder-0.5B
-on held-out code: the next line's loss +34-91% with every moved cell reused as it is; within 1% once
-the first 4-16 tokens of each moved run are computed again against the new text: docs/BENCHMARKS.md).
+on held-out code: the rest of a line's loss +117-299% with every moved cell reused as it is; within
+1% once the first 8 tokens of each moved run are computed again against the new text: docs/BENCHMARKS.md).
 So a moved run's first `recompute` tokens are computed again, exactly, and the rest moved into
 place (their positions shifted); everything else of the new prompt is computed.
 

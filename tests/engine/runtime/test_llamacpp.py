@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from memosight.engine.decoding.verify import DraftTree
+from memosight.engine.runtime.llamacpp_prompt import RECOMPUTE
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is in the dev extras")
 
@@ -316,7 +317,7 @@ def test_a_key_before_the_suffix_computes_the_typed_tokens_and_the_runs_first_to
     runtime.prefill_hidden(old)
     _, exact = runtime.prefill_hidden(new)
     assert runtime.stale_from is None and np.allclose(exact, fresh, atol=1e-3)
-    runtime.recompute = 16
+    runtime.recompute = RECOMPUTE
 
 
 def test_a_pause_makes_the_moved_cells_exact_and_a_key_stops_it_losing_at_most_a_chunk(runtime):
@@ -429,4 +430,4 @@ def test_the_exact_prompt_setting_turns_moving_off_and_drops_what_was_moved(embe
     rt.prefill_hidden(engine.prompt_ids(TEXT + "def mean(items):\n    return total(", "\n\n" + TEXT))
     assert rt.stale_from is None  # computed exactly
     engine.configure(EngineSettings())
-    assert rt.recompute == 16
+    assert rt.recompute == RECOMPUTE
