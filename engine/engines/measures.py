@@ -49,8 +49,8 @@ class Measures:
             runtime, kept = self.runtime, self.runtime.recompute
             try:  # what the cache holds exactly stays (the prompts' common head): the rest is computed
                 runtime.make_exact()
+                runtime.recompute = None
                 if recompute is not None:
-                    runtime.recompute = None
                     runtime.prefill_hidden(self.prompt_ids(*before))
                     runtime.recompute = recompute
                 logits = runtime.continuation_logits(self.prompt_ids(*after), target, exact=recompute is None)

@@ -185,6 +185,8 @@ class LlamaCppRuntime(PromptCells, OnePromptCache):
                 batch.seq_id[i][j] = seq
             batch.logits[i] = output
         code = L.llama_decode(self.ctx, batch)
+        if code == 0:
+            self.shift_pending = False  # llama.cpp applied moved cells' position shifts before the batch
         if code == 2 and self.stop.raised:
             raise Interrupted("the prefill was stopped: its request was cancelled")
         if code != 0:
@@ -199,8 +201,15 @@ class LlamaCppRuntime(PromptCells, OnePromptCache):
             return np.empty(0, dtype=np.float32)
         return np.ctypeslib.as_array(self.L.llama_get_embeddings_ith(self.ctx, i), shape=(self.n_embd,)).copy()
 
+    def _stoppable(self, cancel):
+        """`cancel` for a decode that may stop part way; None (it runs to the end) while moved cells'
+        shifts wait: llama.cpp rotates their keys at the start of the next decode, in place, layer by
+        layer, and one stopped there is rotated again in full by the one after."""
+        return None if self.shift_pending else cancel
+
     def _crop(self, length: int) -> None:
-        """Sequence 0 back to its first `length` positions (every other sequence emptied)."""
+        """Sequence 0 back to its first `length` positions (the other sequences as they are)."""
+        length = max(0, length)
         self.L.llama_memory_seq_rm(self.memory, 0, length, -1)
         self.tokens = self.tokens[:length]
         if self.stale_from is not None and self.stale_from >= length:
@@ -217,17 +226,17 @@ class LlamaCppRuntime(PromptCells, OnePromptCache):
         self._embeddings(self.with_hidden and last_output)
         position = start
         try:
-            with self.stop.watching(cancel):
-                step = BATCH if cancel is None else CANCELLABLE_CHUNK
-                while position < start + len(ids):
-                    if cancel is not None and cancel.is_set():
-                        break
-                    chunk = ids[position - start:position - start + step]
-                    end = position + len(chunk)
+            step = BATCH if cancel is None else CANCELLABLE_CHUNK
+            while position < start + len(ids):
+                if cancel is not None and cancel.is_set():
+                    break
+                chunk = ids[position - start:position - start + step]
+                end = position + len(chunk)
+                with self.stop.watching(self._stoppable(cancel)):
                     self._decode_padded([(t, position + k, (0,), last_output and position + k == start + len(ids) - 1)
                                          for k, t in enumerate(chunk)])
-                    self.tokens = self.tokens + chunk
-                    position = end
+                self.tokens = self.tokens + chunk
+                position = end
         except Interrupted:  # the chunk's cells are gone (llama.cpp removes an aborted batch's): keep what is there
             kept = self.L.llama_memory_seq_pos_max(self.memory, 0) + 1
             self._crop(max(0, min(kept, len(self.tokens))))
@@ -248,9 +257,14 @@ class LlamaCppRuntime(PromptCells, OnePromptCache):
         prompt computed exactly, or (`exact=False`) as a keystroke would bring the cache to it, moved
         cells and all. The prompt's cells stay for the next prompt that shares its head; the
         target's are removed."""
-        if exact:
+        kept = self.recompute
+        if exact:  # nothing stale kept, nothing moved
             self.make_exact()
-        _, first = self.prefill_hidden(prompt)
+            self.recompute = None
+        try:
+            _, first = self.prefill_hidden(prompt)
+        finally:
+            self.recompute = kept
         past, rows = len(self.tokens), [first]
         for start in range(0, len(target) - 1, BATCH):
             chunk = target[start:start + BATCH][:len(target) - 1 - start]
@@ -383,7 +397,8 @@ class LlamaCppRuntime(PromptCells, OnePromptCache):
     def clear(self) -> None:
         self._ready = None
         if not self.closed:
-            self._drop_parked()
+            self.parked = []
+            self.L.llama_memory_clear(self.memory, True)  # every sequence, parked and scratch ones too
             self._crop(0)
 
     def parameters(self) -> int:

@@ -52,6 +52,8 @@ class PromptCells:
         self.parked: list[Source] = []  # runs a stopped prefill left parked, at their new positions
         self.drift = 0  # tokens computed before stale cells since they were exact (MAX_DRIFT)
         self.last_computed = 0  # tokens the last prefill computed
+        self._move_seqs: dict[int, int] = {}
+        self.shift_pending = False  # moved cells whose keys llama.cpp rotates at the next decode
         self.moved_tokens = 0  # figures: cells moved into place, cells refreshed
         self.refreshed_tokens = 0
 
@@ -60,10 +62,10 @@ class PromptCells:
     def _bring_to(self, input_ids: list[int], cancel=None) -> int:
         """Sequence 0 brought to `input_ids`; returns how far it got (less where `cancel` stopped
         it). The last token is always computed: its logits are what a prefill is for."""
-        if self.stale_from is not None and self.drift > MAX_DRIFT:
+        if (self.stale_from is not None or self.parked) and self.drift > MAX_DRIFT:
             self.make_exact()  # typed on too long without a pause: this key computes it all
         keep = len(commonprefix([self.tokens, input_ids])) if self.reuse else 0
-        keep = min(keep, len(input_ids) - 1)
+        keep = max(0, min(keep, len(input_ids) - 1))
         moves = self._plan(input_ids, keep)
         drift = self.drift + (max(0, moves[0].new_start - self.recompute - keep) if moves else 0)
         self._park(moves, keep)  # (the crop there forgets the old cells' drift: they move on with it)
@@ -71,22 +73,26 @@ class PromptCells:
         self.last_computed = 0
         reached = len(input_ids)
         order = pieces(moves, keep, len(input_ids))
-        for n, (start, end, move) in enumerate(order):
-            if move is not None:
-                self._place(move, input_ids[start:end])
-                stale = start if stale is None else stale
-                continue
-            got = self._run(input_ids[start:end], start, last_output=end == len(input_ids), cancel=cancel)
-            self.last_computed += got - start
-            if got < end:
-                self.parked = [Source(self._move_seqs.pop(id(m)), m.new_start, input_ids[m.new_start:m.new_end])
-                               for _, _, m in order[n + 1:] if m is not None]
-                reached = got
-                break
+        try:
+            for n, (start, end, move) in enumerate(order):
+                if move is not None:
+                    self._place(move, input_ids[start:end])
+                    stale = start if stale is None else stale
+                    continue
+                got = self._run(input_ids[start:end], start, last_output=end == len(input_ids), cancel=cancel)
+                self.last_computed += got - start
+                if got < end:
+                    self.parked = [Source(self._move_seqs.pop(id(m)), m.new_start, input_ids[m.new_start:m.new_end])
+                                   for _, _, m in order[n + 1:] if m is not None]
+                    reached = got
+                    break
+        finally:  # an error part way: no parking sequence keeps cells nobody knows of
+            for seq in self._move_seqs.values():
+                self.L.llama_memory_seq_rm(self.memory, seq, -1, -1)
+            self._move_seqs = {}
         self.stale_from = stale if stale is not None and stale < len(self.tokens) else None
-        self.drift = drift if self.stale_from is not None else 0
-        if reached == len(input_ids):
-            self.prompt_len = len(input_ids)
+        self.drift = drift if self.stale_from is not None or self.parked else 0
+        self.prompt_len = reached  # a stopped one: what is there of it
         return reached
 
     def _plan(self, input_ids: list[int], keep: int) -> list[Move]:
@@ -119,7 +125,8 @@ class PromptCells:
         self._crop(keep)
         for seq, move in zip(seqs, moves):
             L.llama_memory_seq_add(memory, seq, -1, -1, move.shift)
-        self._move_seqs = dict(zip(map(id, moves), seqs))
+            self.shift_pending |= move.shift != 0
+        self._move_seqs = dict(zip(map(id, moves), seqs))  # those not placed yet
 
     def _place(self, move: Move, tokens: list[int]) -> None:
         seq = self._move_seqs.pop(id(move))
@@ -182,12 +189,14 @@ class PromptCells:
             L.llama_memory_seq_cp(memory, 0, scratch, 0, start)  # the exact prefix, shared
             self._embeddings(self.with_hidden and last)
             try:
-                with self.stop.watching(cancel):
+                with self.stop.watching(self._stoppable(cancel)):
                     self._decode_padded([(t, start + k, (scratch,), last and start + k == stop - 1)
                                          for k, t in enumerate(self.tokens[start:stop])])
-            except Interrupted:
+            except BaseException as exc:  # stopped by a key (or failed): sequence 0 is as it was
                 L.llama_memory_seq_rm(memory, scratch, -1, -1)
-                break
+                if isinstance(exc, Interrupted):
+                    break
+                raise
             finally:
                 self._embeddings(self.with_hidden)
             L.llama_memory_seq_rm(memory, 0, start, stop)  # the stale chunk out, the exact one in
@@ -217,6 +226,7 @@ class PromptCells:
         self._drop_parked()
         if self.stale_from is not None:
             self._crop(self.stale_from)
+        self.drift = 0
 
     def moves_json(self) -> dict:
         return {"recompute": self.recompute, "stale_from": self.stale_from, "drift": self.drift,

@@ -55,16 +55,15 @@ def breakdown(client_ms: dict, recent: list[dict]) -> dict:
 def prefill_per_keystroke(client_ms: dict, recent: list[dict]) -> dict | None:
     """Prompt tokens prefilled for each answered request that ran the model (its own, and what
     warm-ups computed for it after the edits before it): p50/p95, and by where the prompt first
-    differed from the last one (request/prompt_moves.py): requests and tokens."""
+    differed from the last one (request/prompt_moves.py): requests, tokens and their p50/p95."""
     rows = [e for e in recent if e.get("id") in client_ms and e.get("kind") == "generated" and e.get("prefill_cause")]
     if not rows:
         return None
     tokens = [e["prefilled_tokens"] + e["prefilled_ahead"] for e in rows]
-    by_cause: dict[str, dict] = {}
+    counts: dict[str, list[int]] = {}
     for entry, count in zip(rows, tokens):
-        cause = by_cause.setdefault(entry["prefill_cause"], {"requests": 0, "tokens": 0})
-        cause["requests"] += 1
-        cause["tokens"] += count
+        counts.setdefault(entry["prefill_cause"], []).append(count)
+    by_cause = {cause: {"requests": len(c), "tokens": sum(c), **spread(c, 1)} for cause, c in counts.items()}
     return {"requests": len(rows), **spread(tokens, 1),
             "ahead_share": round(sum(e["prefilled_ahead"] for e in rows) / sum(tokens), 4) if sum(tokens) else 0.0,
             "by_cause": by_cause}

@@ -68,9 +68,11 @@ class Ahead:
         self.stop_warm_up(doc.uri)
         self.stop_refresh()
         self._runs.stop_prefetch_unless_at(doc.uri, doc.text, cursor)
-        if not settings.prefill_on_edit or self.stopped:
+        if self.stopped:
             return
-        self._pause.edited()
+        self._pause.edited()  # (with prefill_on_edit off too: a request's prefill moves cells as well)
+        if not settings.prefill_on_edit:
+            return
         cancel = threading.Event()
         self._warm_ups[doc.uri] = (cancel, doc.text, cursor)
         self._counters.warm_ups += 1

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 
 class PauseWatcher:
@@ -47,5 +50,7 @@ class PauseWatcher:
                 self._wake.release()
                 try:
                     self._on_pause()
+                except Exception:  # noqa: BLE001 - one failed call must not end the watching
+                    log.exception("the pause's work failed")
                 finally:
                     self._wake.acquire()

@@ -431,3 +431,48 @@ def test_the_exact_prompt_setting_turns_moving_off_and_drops_what_was_moved(embe
     assert rt.stale_from is None  # computed exactly
     engine.configure(EngineSettings())
     assert rt.recompute == RECOMPUTE
+
+
+def test_a_key_during_the_decode_that_rotates_moved_keys_waits_for_it_to_end(runtime):
+    """llama.cpp shifts moved cells' keys at the start of the next decode, in place: one stopped
+    there would be rotated again in full by the one after, so that decode is never stopped."""
+    import threading
+    import time
+
+    from memosight.engine.runtime import Interrupted
+
+    runtime.clear()
+    old = fim_ids(runtime, TEXT + "def mean(items):\n    return ", SUFFIX)
+    new = fim_ids(runtime, TEXT + "def mean(items):\n    return total(items)", SUFFIX)
+    runtime.prefill_hidden(old)
+    key = threading.Event()
+    decode = runtime._decode_padded
+
+    def key_then_decode(items):
+        key.set()
+        time.sleep(0.02)  # a watched decode would see the key before it starts, and stop at its first node
+        decode(items)
+
+    runtime._decode_padded = key_then_decode
+    try:
+        with pytest.raises(Interrupted):
+            runtime.prefill_hidden(new, key)
+    finally:
+        del runtime._decode_padded
+    assert not runtime.shift_pending and runtime.tokens == new[:-1]  # all but the last: stopped after it
+    assert seq0_holds_its_tokens(runtime)
+
+
+def test_an_exact_continuation_moves_nothing_and_keeps_nothing_stale(runtime):
+    runtime.clear()
+    old = fim_ids(runtime, TEXT + "def mean(items):\n    return ", SUFFIX)
+    new = fim_ids(runtime, TEXT + "def mean(items):\n    return total(", SUFFIX)
+    runtime.prefill_hidden(old)
+    runtime.prefill_hidden(fim_ids(runtime, TEXT + "def mean(items):\n    return t", SUFFIX))  # moved: stale
+    moved = runtime.moved_tokens
+    target = runtime.tokenizer.encode("items)")
+    got = runtime.continuation_logits(new, target)
+    assert runtime.moved_tokens == moved and runtime.stale_from is None
+    runtime.clear()
+    expected = runtime.continuation_logits(new, target)
+    assert np.allclose(got, expected, atol=1e-3)
