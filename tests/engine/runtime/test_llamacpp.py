@@ -476,3 +476,12 @@ def test_an_exact_continuation_moves_nothing_and_keeps_nothing_stale(runtime):
     runtime.clear()
     expected = runtime.continuation_logits(new, target)
     assert np.allclose(got, expected, atol=1e-3)
+
+
+def test_a_prompt_over_the_context_names_the_setting_that_shortens_it(runtime):
+    from memosight.engine.protocol import EngineError
+
+    ids = runtime.tokenizer.encode(TEXT * 40)[:runtime.n_ctx]
+    with pytest.raises(EngineError, match=r"lower `context_budget` to 992 or less"):
+        runtime.prefill_hidden(ids)
+    assert runtime.warm(ids, None) == 0  # a warm-up of it does nothing
