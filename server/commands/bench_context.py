@@ -188,18 +188,15 @@ def run(args: argparse.Namespace) -> int:
     if args.cursors_out:
         Path(args.cursors_out).write_text("", encoding="utf-8")  # this run's cursors only
     budgets, args.budget = args.budget, args.budget[0]  # needles and typing: at the first budget
-    if args.recompute:
-        if engine is None:
-            raise CommandError("--recompute scores the true line with a model: leave out --no-model")
-        out = keystroke_cells(files, args, count_tokens, engine, random.Random(args.seed), args.recompute)
-        print_result(out, args.json, keystroke_table, cpu=True)
-        return 0
-    if args.suffix_lengths:
-        if engine is None:
-            raise CommandError("--suffix-lengths scores the next line with a model: leave out --no-model")
-        out = suffix_lengths(files, args, count_tokens, engine, random.Random(args.seed), args.suffix_lengths)
-        print_result(out, args.json, suffix_table, cpu=True)
-        return 0
+    # the modes that measure one thing alone, each with a model
+    for flag, values, measure, render in (("--recompute", args.recompute, keystroke_cells, keystroke_table),
+                                          ("--suffix-lengths", args.suffix_lengths, suffix_lengths, suffix_table)):
+        if values:
+            if engine is None:
+                raise CommandError(f"{flag} scores the true line with a model: leave out --no-model")
+            out = measure(files, args, count_tokens, engine, random.Random(args.seed), values)
+            print_result(out, args.json, render, cpu=True)
+            return 0
     out = {"corpus": str(corpus), "files": len(files), "suffix_share": args.suffix_share,
            "tokens": "model" if engine else "proxy (--no-model)"}
     per_budget = {}

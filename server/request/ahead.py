@@ -134,10 +134,9 @@ class Ahead:
 
 
 def _refresh(engine, cancel: threading.Event) -> None:
-    refresh = getattr(engine, "refresh", None)  # an engine from before the protocol had it: nothing to do
-    if cancel.is_set() or refresh is None:
+    if cancel.is_set():
         return
     try:
-        refresh(cancel)
+        engine.refresh(cancel)
     except Exception:  # noqa: BLE001 - a failed refresh leaves the cells as the keystrokes left them
         log.exception("making the moved cells exact failed")

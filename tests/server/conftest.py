@@ -82,6 +82,9 @@ class ScriptedEngine:
     def prefill(self, request: CompletionRequest) -> None:
         self.prefills.append(request)
 
+    def refresh(self, cancel) -> None:
+        return None  # nothing reused approximately
+
     def info(self) -> EngineInfo:
         return EngineInfo("scripted", "cpu", "float32", has_fim=True)
 

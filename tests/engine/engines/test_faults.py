@@ -41,6 +41,9 @@ class Pieces:
     def prefill(self, request: CompletionRequest) -> None:
         self.prefills.append(request)
 
+    def refresh(self, cancel) -> None:
+        return None
+
     def configure(self, settings: EngineSettings) -> None:
         self.settings.append(settings)
 

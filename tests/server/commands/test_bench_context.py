@@ -8,6 +8,13 @@ from memosight.server.cli import main
 from memosight.server.bench.context_measures import _origin_lines
 
 
+def write_steps(folder) -> None:
+    """A module of 50 small functions: cursors inside them and after them."""
+    body = "".join(f"def step_{i}(items):\n    \"\"\"Step {i}.\"\"\"\n    total = 0\n    for item in items:\n"
+                   f"        total += item * {i}\n    return total\n\n\n" for i in range(50))
+    (folder / "mod.py").write_text("import math\n\n\n" + body)
+
+
 def test_bench_context_runs_without_a_model(tmp_path, capsys):
     # each class its own names: in 60 copies of one body, every body would be "code like this one"
     body = "".join(f"class C{i}:\n    def run(self, items_{i}):\n        total_{i} = LIMIT_{i % 3} + len(items_{i})\n"
@@ -57,9 +64,7 @@ def test_origin_lines_are_the_first_far_lines_of_each_name():
 
 
 def test_several_budgets_ablations_and_variants_in_one_run(tmp_path, tiny_model_dir, capsys):
-    body = "".join(f"def step_{i}(items):\n    \"\"\"Step {i}.\"\"\"\n    total = 0\n    for item in items:\n"
-                   f"        total += item * {i}\n    return total\n\n\n" for i in range(50))
-    (tmp_path / "mod.py").write_text("import math\n\n\n" + body)
+    write_steps(tmp_path)
     assert main(["bench", "context", "--corpus", str(tmp_path), "--budget", "64,128", "--model", str(tiny_model_dir),
                  "--device", "cpu", "--max-positions", "4", "--em-positions", "2", "--no-generate",
                  "--ablate", "docstrings", "--variant", "wide:contiguous=0,near_prefix_share=0.5",
@@ -105,9 +110,7 @@ def test_bad_budgets_kinds_and_variant_keys_are_named(tmp_path, capsys):
 
 def test_the_suffix_lengths_are_scored_under_one_prefix_and_paired_against_the_longest(tmp_path, tiny_model_dir,
                                                                                        capsys):
-    body = "".join(f"def step_{i}(items):\n    \"\"\"Step {i}.\"\"\"\n    total = 0\n    for item in items:\n"
-                   f"        total += item * {i}\n    return total\n\n\n" for i in range(50))
-    (tmp_path / "mod.py").write_text("import math\n\n\n" + body)
+    write_steps(tmp_path)
     assert main(["bench", "context", "--corpus", str(tmp_path), "--budget", "256", "--model", str(tiny_model_dir),
                  "--device", "cpu", "--em-positions", "6", "--suffix-lengths", "64,0,8", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -125,9 +128,7 @@ def test_the_suffix_lengths_are_scored_under_one_prefix_and_paired_against_the_l
 
 def test_the_recompute_mode_scores_a_keystrokes_moved_cells_against_a_fresh_prefill(tmp_path, embedded_gguf,
                                                                                     capsys):
-    body = "".join(f"def step_{i}(items):\n    \"\"\"Step {i}.\"\"\"\n    total = 0\n    for item in items:\n"
-                   f"        total += item * {i}\n    return total\n\n\n" for i in range(50))
-    (tmp_path / "mod.py").write_text("import math\n\n\n" + body)
+    write_steps(tmp_path)
     assert main(["bench", "context", "--corpus", str(tmp_path), "--budget", "256", "--model", str(embedded_gguf),
                  "--em-positions", "4", "--recompute", "0,8,all", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
