@@ -112,8 +112,10 @@ async def soak(args) -> dict:
                        *log_args], env=env)
     reference = LspProcess(base, env=env)
     servers = Pair(test, reference)
-    # No time budget on multi-line suggestions: where a suggestion ends must not depend on the load
-    options = {"latency_budget_ms": 0, **({"model": args.model} if args.model else {})}
+    # No time budget on multi-line suggestions: where a suggestion ends must not depend on the load.
+    # Prompts computed exactly: the two servers are compared token for token, and moved cells (the
+    # default on llama.cpp: near a fresh prefill, not equal to it) would differ by design, not by a fault.
+    options = {"latency_budget_ms": 0, "exact_prompt": True, **({"model": args.model} if args.model else {})}
     started = time.perf_counter()
     try:
         for lsp in (test, reference):
