@@ -281,6 +281,40 @@ def test_a_cancelled_prefill_stops_part_way_and_keeps_only_cells_it_computed(run
     assert int(logits.argmax()) == int(expected.argmax()) and np.allclose(logits, expected, atol=1e-3)
 
 
+def test_a_stop_ends_a_long_prefill_after_its_chunk_and_its_last_chunk_at_once(runtime):
+    """A key during a cold prompt's chunk lets the chunk end (the next key's prompt holds its
+    tokens), so keys faster than a chunk still get the prompt on; the last chunk, which holds the
+    typed tokens, stops part way."""
+    import threading
+
+    from memosight.engine.runtime import Interrupted
+    from memosight.engine.runtime.llamacpp import CANCELLABLE_CHUNK
+
+    ids = runtime.tokenizer.encode(TEXT * 40)[:3 * CANCELLABLE_CHUNK]
+    key = threading.Event()
+    decode, decoded = runtime._decode_padded, []
+
+    def key_then_decode(items):
+        key.set()  # the key comes as the decode starts: a watched one stops at its first node
+        decoded.append(len(items))
+        decode(items)
+
+    runtime._decode_padded = key_then_decode
+    try:
+        runtime.clear()
+        with pytest.raises(Interrupted):
+            runtime.prefill_hidden(ids, key)
+        assert runtime.tokens == ids[:CANCELLABLE_CHUNK] and seq0_holds_its_tokens(runtime)  # its first chunk ended
+        key.clear()
+        short = ids[:CANCELLABLE_CHUNK + 5]
+        with pytest.raises(Interrupted):
+            runtime.prefill_hidden(short, key)  # the last chunk: stopped, its cells dropped
+        assert runtime.tokens == ids[:CANCELLABLE_CHUNK] and seq0_holds_its_tokens(runtime)
+    finally:
+        del runtime._decode_padded
+    assert decoded == [CANCELLABLE_CHUNK, 5]
+
+
 # --- a keystroke's moved cells (llamacpp_prompt.py) -------------------------------------------------
 
 def fim_ids(runtime, prefix: str, suffix: str) -> list[int]:
