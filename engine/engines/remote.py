@@ -170,6 +170,7 @@ class RemoteEngine(Engine):
                     break
                 if not first_token_ms:
                     first_token_ms = (time.perf_counter() - started) * 1000
+                    self.state, self.failures = "ok", 0  # it answers (the server may show that before the stream ends)
                 yield piece
         except GeneratorExit:  # the caller closed the stream: so is the connection, below
             self.cancelled += 1

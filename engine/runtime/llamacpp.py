@@ -234,7 +234,9 @@ class LlamaCppRuntime(PromptCells, OnePromptCache):
             while position < start + len(ids):
                 if cancel is not None and cancel.is_set():
                     break
-                chunk = ids[position - start:position - start + step]
+                # the decode after moved cells rotates their keys first and never stops (_stoppable):
+                # one token alone, so a key waits for one row, not the chunk
+                chunk = ids[position - start:position - start + (1 if self.shift_pending and cancel else step)]
                 end = position + len(chunk)
                 with self.stop.watching(self._stoppable(cancel) if end == start + len(ids) else None):
                     self._decode_padded([(t, position + k, (0,), last_output and position + k == start + len(ids) - 1)

@@ -7,12 +7,13 @@ A keystroke, in named steps (`_bring_to`):
 2. plan (moves.py) which cached runs the new prompt holds elsewhere: the FIM suffix behind the typed
    text, a region of context that moved; each is moved past its first `recompute` tokens;
 3. park each moved run in a sequence of its own (`llama_memory_seq_cp`), drop sequence 0's cells
-   after the prefix, shift each parked run to its new positions (`llama_memory_seq_add`: a cell
-   shifts for every sequence holding it, so only its parking sequence may);
+   after the prefix;
 4. compute the new prompt's pieces in order into sequence 0, placing each parked run when its turn
-   comes (llama.cpp takes a sequence's new tokens only right after its last position).
+   comes (llama.cpp takes a sequence's new tokens only right after its last position), shifted to
+   its new positions just before (`llama_memory_seq_add`: a cell shifts for every sequence holding
+   it, so only its parking sequence may).
 
-A stop (the next key) parks the runs not yet placed: the next prompt may still use them.
+A stop (the next key) shifts and parks the runs not yet placed: the next prompt may still use them.
 
 The moved cells were computed against the old text: `stale_from` is the first position whose cells
 are not what a fresh prefill would give. `refresh` computes them again exactly, a chunk at a time in a
@@ -82,8 +83,11 @@ class PromptCells:
                 got = self._run(input_ids[start:end], start, last_output=end == len(input_ids), cancel=cancel)
                 self.last_computed += got - start
                 if got < end:
+                    unplaced = [m for _, _, m in order[n + 1:] if m is not None]
+                    for move in unplaced:
+                        self._shift(move)
                     self.parked = [Source(self._move_seqs.pop(id(m)), m.new_start, input_ids[m.new_start:m.new_end])
-                                   for _, _, m in order[n + 1:] if m is not None]
+                                   for m in unplaced]
                     reached = got
                     break
         finally:  # an error part way: no parking sequence keeps cells nobody knows of
@@ -123,12 +127,18 @@ class PromptCells:
                 L.llama_memory_seq_rm(memory, seq, move.old_start + move.length, -1)
             seqs.append(seq)
         self._crop(keep)
-        for seq, move in zip(seqs, moves):
-            L.llama_memory_seq_add(memory, seq, -1, -1, move.shift)
-            self.shift_pending |= move.shift != 0
         self._move_seqs = dict(zip(map(id, moves), seqs))  # those not placed yet
 
+    def _shift(self, move: Move) -> None:
+        """The move's parked cells to their new positions. llama.cpp rotates their keys at the next
+        decode, which may then not stop (`_stoppable`): shifted just before they are placed, that
+        decode is the one after them (at a keystroke, the prompt's last token alone), not the
+        typed tokens'."""
+        self.L.llama_memory_seq_add(self.memory, self._move_seqs[id(move)], -1, -1, move.shift)
+        self.shift_pending |= move.shift != 0
+
     def _place(self, move: Move, tokens: list[int]) -> None:
+        self._shift(move)
         seq = self._move_seqs.pop(id(move))
         self.L.llama_memory_seq_cp(self.memory, seq, 0, -1, -1)
         self.L.llama_memory_seq_rm(self.memory, seq, -1, -1)

@@ -194,12 +194,17 @@ class Runs:
             doc = ticket.doc.frozen()
             if doc.text is not ticket.seen.text:
                 return
+            started = time.perf_counter()
             view, view_cursor = doc.around(ticket.cursor)
             context = self._context.build_for_warm_up(engine, view, view_cursor, settings)
             cause = self.moves.move(doc.uri, context.prefix)
+            built = time.perf_counter()
             tokens = engine.prefill(CompletionRequest(context.prefix, context.suffix, doc.language, cancel=cancel,
                                                       options=RequestOptions(heal=settings.token_healing)))
             self.moves.warmed(doc.uri, cause, tokens or 0)
+            log.debug("warm-up %s:%d context %.1f ms, prefill %s tokens %.1f ms%s", doc.uri.rsplit("/", 1)[-1],
+                      ticket.cursor, (built - started) * 1000, tokens, (time.perf_counter() - built) * 1000,
+                      " (stopped)" if cancel.is_set() else "")
         except Exception:  # noqa: BLE001 - a failed warm-up costs only the head start
             log.exception("prefill after an edit failed")
 
