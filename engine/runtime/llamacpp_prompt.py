@@ -132,8 +132,7 @@ class PromptCells:
     def _shift(self, move: Move) -> None:
         """The move's parked cells to their new positions. llama.cpp rotates their keys at the next
         decode, which may then not stop (`_stoppable`): shifted just before they are placed, that
-        decode is the one after them (at a keystroke, the prompt's last token alone), not the
-        typed tokens'."""
+        decode is the one after them (at a keystroke, the prompt's last token alone)."""
         self.L.llama_memory_seq_add(self.memory, self._move_seqs[id(move)], -1, -1, move.shift)
         self.shift_pending |= move.shift != 0
 

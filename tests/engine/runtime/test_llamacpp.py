@@ -4,8 +4,6 @@ speculative decoding equal to plain greedy decoding on this runtime."""
 
 from __future__ import annotations
 
-from os.path import commonprefix
-
 import numpy as np
 import pytest
 from memosight.engine.decoding.verify import DraftTree
@@ -469,11 +467,11 @@ def test_the_exact_prompt_setting_turns_moving_off_and_drops_what_was_moved(embe
     assert rt.recompute == RECOMPUTE
 
 
-def test_a_key_stops_the_typed_tokens_at_once_and_moved_keys_rotate_once(runtime):
-    """llama.cpp shifts moved cells' keys at the start of the next decode, in place: one stopped
-    there would be rotated again in full by the one after. So the cells are shifted only when they
-    are placed, after the typed tokens (a key stops those at once), and the decode after a shift
-    never stops and is one token: the prompt's last, or the first of the next prompt."""
+def test_a_key_lets_the_typed_tokens_end_and_moved_keys_rotate_once(runtime):
+    """The next key's prompt holds this one's typed tokens, so a key lets their decode end and stops
+    the keystroke before its last token, the suffix in place. llama.cpp shifts moved cells' keys at the start of the
+    next decode, in place: one stopped there would be rotated again in full by the one after. So
+    the cells are shifted only when placed (or parked by a stop), and that decode never stops."""
     import threading
 
     from memosight.engine.runtime import Interrupted
@@ -483,7 +481,7 @@ def test_a_key_stops_the_typed_tokens_at_once_and_moved_keys_rotate_once(runtime
     runtime.clear()
     runtime.prefill_hidden(old)
     _, straight = runtime.prefill_hidden(new)  # the same moves, no key
-    keep = len(commonprefix([old, new]))
+    typed = runtime.last_computed - 1  # the typed tokens and the suffix's first; then the last token
     key = threading.Event()
     decode, decoded = runtime._decode_padded, []
     key_at_rotation = None  # the key comes at the first decode with (True) or without (False) a shift pending
@@ -501,21 +499,17 @@ def test_a_key_stops_the_typed_tokens_at_once_and_moved_keys_rotate_once(runtime
         decoded.clear()
         key_at_rotation = False
         with pytest.raises(Interrupted):
-            runtime.prefill_hidden(new, key)  # the typed tokens: stopped at once
-        assert len(decoded) == 1 and runtime.tokens == new[:keep] and seq0_holds_its_tokens(runtime)
-        assert runtime.parked and runtime.shift_pending  # the suffix waits, shifted, for the next key
-        key.clear(), decoded.clear()
-        key_at_rotation = True
-        with pytest.raises(Interrupted):
-            runtime.prefill_hidden(new, key)  # its first decode rotates the parked keys: one token, whole
-        assert decoded == [1] and not runtime.shift_pending and runtime.tokens == new[:keep + 1]
+            runtime.prefill_hidden(new, key)  # the typed tokens end; the stop comes before the last
+        assert decoded == [typed] and runtime.tokens == new[:-1] and seq0_holds_its_tokens(runtime)
+        assert runtime.shift_pending  # the suffix placed, its keys rotated by the next decode
         key.clear()
         _, resumed = runtime.prefill_hidden(new, key)
         runtime.clear()
         runtime.prefill_hidden(old)
         key.clear(), decoded.clear()
+        key_at_rotation = True
         _, keyed = runtime.prefill_hidden(new, key)  # the suffix placed: the last token rotates it, whole
-        assert decoded[-1] == 1 and key.is_set() and not runtime.shift_pending and runtime.tokens == new
+        assert decoded == [typed, 1] and key.is_set() and not runtime.shift_pending and runtime.tokens == new
     finally:
         del runtime._decode_padded
     # rotated once, not twice (twice: 0.32 apart; batch splits: 0.004)
