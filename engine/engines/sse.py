@@ -150,11 +150,17 @@ class _Watch:
         self._stream = response.extensions.get("network_stream", self._stream)
         self._then = request_deadline
 
-    def first_event(self) -> None:
+    def first_event(self) -> bool:
+        """The first event is in: the whole request's deadline from now on. False when it came after
+        the first-token deadline, which the watch thread had not acted on yet (a busy machine)."""
         with self._changed:
+            if self._why == FIRST_TOKEN_TIMEOUT and time.monotonic() > self._due:
+                self.passed = FIRST_TOKEN_TIMEOUT
+                return False
             if self._then is not None:
                 self._due, self._why = self._then, REQUEST_TIMEOUT
                 self._changed.notify()
+            return True
 
     def stop(self) -> None:
         with self._changed:
@@ -271,7 +277,9 @@ class EventStream(Iterator[dict]):
             raise StopIteration
         if self._first:
             self._first = False
-            self._watch.first_event()
+            if not self._watch.first_event():
+                self.close()
+                raise _no_first_token(self._url)
         return event
 
     def _error(self, exc: Exception | None) -> RemoteError:

@@ -203,6 +203,21 @@ def test_a_first_event_later_than_the_first_token_timeout_is_a_timeout_though_th
     assert server.left.wait(1)
 
 
+def test_a_first_event_after_its_deadline_is_a_timeout_though_the_watch_thread_never_ran(slow, monkeypatch):
+    """On a busy machine the thread that shuts a late connection may run after the first event is
+    read: the deadline still holds (the test suite's fallback test failed on a loaded machine)."""
+    from memosight.engine.engines import sse
+
+    monkeypatch.setattr(sse._Watch, "_run", lambda self: None)  # a watch thread that never got the CPU
+    server = slow(first_s=0.3)
+    stream = post_stream(server.url, {}, {}, timeout_s=30, first_token_timeout_s=0.1)
+    with pytest.raises(RemoteError, match="first-token timeout") as caught:
+        next(stream)
+    assert caught.value.kind == "timeout"
+    on_time = slow(first_s=0)
+    assert next(post_stream(on_time.url, {}, {}, timeout_s=30, first_token_timeout_s=2)) == {"n": 0}
+
+
 def test_a_server_still_sending_at_the_request_deadline_is_cut_off(slow):
     server = slow(every_s=0.02)
     started = time.monotonic()
