@@ -80,7 +80,10 @@ class PromptCells:
                     self._place(move, input_ids[start:end])
                     stale = start if stale is None else stale
                     continue
-                got = self._run(input_ids[start:end], start, last_output=end == len(input_ids), cancel=cancel)
+                # before a moved run: its last R tokens are this key's alone (the next computes them again)
+                redone = n + 1 < len(order) and order[n + 1][2] is not None
+                got = self._run(input_ids[start:end], start, last_output=end == len(input_ids), cancel=cancel,
+                                redone=redone)
                 self.last_computed += got - start
                 if got < end:
                     unplaced = [m for _, _, m in order[n + 1:] if m is not None]

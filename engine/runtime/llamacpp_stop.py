@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import threading
+import time
 
 stopping = False  # a flag is up: the errors llama.cpp logs for the stopped decode are expected
 
@@ -44,17 +45,21 @@ class DecodeStop:
         return bool(self._flag.raw[0])
 
     @contextlib.contextmanager
-    def watching(self, cancel):
-        """While the block runs, the flag goes up as soon as `cancel` is set (checked every 2 ms)."""
+    def watching(self, cancel, within_s: float | None = None):
+        """While the block runs, the flag goes up as soon as `cancel` is set (checked every 2 ms);
+        with `within_s`, only that long after the block starts (then it runs to its end)."""
         global stopping
         if cancel is None or not self.available:
             yield
             return
         done = threading.Event()
+        until = None if within_s is None else time.monotonic() + within_s
 
         def watch():
             global stopping
             while not done.wait(0.002):
+                if until is not None and time.monotonic() > until:
+                    return
                 if cancel.is_set():
                     stopping = True
                     self._flag[0] = 1

@@ -467,17 +467,20 @@ def test_the_exact_prompt_setting_turns_moving_off_and_drops_what_was_moved(embe
     assert rt.recompute == RECOMPUTE
 
 
-def test_a_key_lets_the_typed_tokens_end_and_moved_keys_rotate_once(runtime):
-    """The next key's prompt holds this one's typed tokens, so a key lets their decode end and stops
-    the keystroke before its last token, the suffix in place. llama.cpp shifts moved cells' keys at the start of the
-    next decode, in place: one stopped there would be rotated again in full by the one after. So
-    the cells are shifted only when placed (or parked by a stop), and that decode never stops."""
+def test_a_key_in_the_second_half_of_the_typed_tokens_lets_them_end_and_moved_keys_rotate_once(runtime):
+    """The next key's prompt holds this one's typed tokens (not the suffix's first, computed again):
+    a key in the first half of their decode stops it, later it ends, and the keystroke stops before
+    its last token, the suffix in place. llama.cpp shifts moved cells' keys at the start of the next
+    decode, in place: one stopped there would be rotated again in full by the one after. So the
+    cells are shifted only when placed (or parked by a stop), and that decode never stops."""
     import threading
+    from os.path import commonprefix
 
     from memosight.engine.runtime import Interrupted
 
     old = fim_ids(runtime, TEXT + "def mean(items):\n    return ", SUFFIX)
     new = fim_ids(runtime, TEXT + "def mean(items):\n    return total(items)", SUFFIX)
+    keep = len(commonprefix([old, new]))
     runtime.clear()
     runtime.prefill_hidden(old)
     _, straight = runtime.prefill_hidden(new)  # the same moves, no key
@@ -485,6 +488,7 @@ def test_a_key_lets_the_typed_tokens_end_and_moved_keys_rotate_once(runtime):
     key = threading.Event()
     decode, decoded = runtime._decode_padded, []
     key_at_rotation = None  # the key comes at the first decode with (True) or without (False) a shift pending
+    half = 0.0  # the first half of the typed tokens' decode, in seconds (a key comes at its start)
 
     def key_then_decode(items):
         if runtime.shift_pending is key_at_rotation:
@@ -493,17 +497,32 @@ def test_a_key_lets_the_typed_tokens_end_and_moved_keys_rotate_once(runtime):
         decode(items)
 
     runtime._decode_padded = key_then_decode
+    runtime._half_pass_s = lambda rows: half
     try:
         runtime.clear()
         runtime.prefill_hidden(old)
         decoded.clear()
+        key_at_rotation, half = False, 30.0
+        with pytest.raises(Interrupted):
+            runtime.prefill_hidden(new, key)  # a key in the first half: stopped at once
+        assert decoded == [typed] and runtime.tokens == new[:keep] and seq0_holds_its_tokens(runtime)
+        assert runtime.parked and runtime.shift_pending  # the suffix waits, shifted, for the next key
+        key.clear(), decoded.clear()
+        key_at_rotation = None
+        _, resumed = runtime.prefill_hidden(new, key)
         key_at_rotation = False
+
+        runtime.clear()
+        runtime.prefill_hidden(old)
+        key.clear(), decoded.clear()
+        half = 0.0  # the key comes after the first half
         with pytest.raises(Interrupted):
             runtime.prefill_hidden(new, key)  # the typed tokens end; the stop comes before the last
         assert decoded == [typed] and runtime.tokens == new[:-1] and seq0_holds_its_tokens(runtime)
         assert runtime.shift_pending  # the suffix placed, its keys rotated by the next decode
         key.clear()
-        _, resumed = runtime.prefill_hidden(new, key)
+        _, resumed_after_half = runtime.prefill_hidden(new, key)
+
         runtime.clear()
         runtime.prefill_hidden(old)
         key.clear(), decoded.clear()
@@ -511,9 +530,10 @@ def test_a_key_lets_the_typed_tokens_end_and_moved_keys_rotate_once(runtime):
         _, keyed = runtime.prefill_hidden(new, key)  # the suffix placed: the last token rotates it, whole
         assert decoded == [typed, 1] and key.is_set() and not runtime.shift_pending and runtime.tokens == new
     finally:
-        del runtime._decode_padded
+        del runtime._decode_padded, runtime._half_pass_s
     # rotated once, not twice (twice: 0.32 apart; batch splits: 0.004)
-    assert np.allclose(resumed, straight, atol=3e-2) and np.allclose(keyed, straight, atol=3e-2)
+    for logits in (resumed, resumed_after_half, keyed):
+        assert np.allclose(logits, straight, atol=3e-2)
 
 
 def test_an_exact_continuation_moves_nothing_and_keeps_nothing_stale(runtime):
